@@ -1,0 +1,1 @@
+"""Reads a results table and reports Oracle intervals, accuracy, cost and the theory curve."""

@@ -1,0 +1,122 @@
+"""The report's figures as PNG bytes: max_lr against λ, test accuracy against λ, gradient/activation histograms."""
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
+
+from analysis.select import densities, final_rows, label, methods
+from analysis.tables import accuracy_stats
+from analysis.theory import silo_curve, theory_lr
+
+
+def png(fig: Figure) -> bytes:
+    """The figure as PNG bytes (no metadata, so the output holds no links)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _plain(v: float, _pos: object = None) -> str:
+    return f"{v:.3g}"
+
+
+def _log_label(v: float, _pos: object = None) -> str:
+    """Plain labels at 1, 2 and 5 times a power of ten; other log ticks unlabelled."""
+    mantissa = round(v / 10 ** np.floor(np.log10(v)), 6)
+    return f"{v:g}" if mantissa in (1, 2, 5) else ""
+
+
+def _density_axis(ax, lam: pd.Series) -> None:
+    """λ on a log scale, decreasing to the right as pruning proceeds, ticked at the cycles' densities."""
+    ax.set_xscale("log")
+    ax.set_xticks(lam.to_numpy(), [_plain(v) for v in lam], minor=False)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.invert_xaxis()
+    ax.set_xlabel("density λ (%)")
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def max_lr_figure(pooled: pd.DataFrame, per_seed: pd.DataFrame, silo: dict | None, rate: float, cycles: int,
+                  theory: dict) -> bytes:
+    """Oracle best max_lr with interval bars, per-seed choices, SILO's curve and the theory curve."""
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.add_subplot()
+    if not per_seed.empty:
+        ax.scatter(per_seed["density"], per_seed["best_max_lr"], marker="x", color="grey", alpha=0.6,
+                   label="Oracle, per seed")
+    if not pooled.empty:
+        best = pooled["best_max_lr"]
+        ax.errorbar(pooled["density"], best, yerr=[best - pooled["lo"], pooled["hi"] - best], fmt="o-", capsize=4,
+                    color="tab:blue", label="Oracle (seed mean) and interval")
+    m = np.arange(cycles + 1)
+    lam = 100.0 * (1.0 - rate) ** m
+    silo_lr = silo_curve(m, **silo, rate=rate) if silo else None
+    if silo_lr is not None:
+        ax.plot(lam, silo_lr, "s--", color="tab:red", label="SILO")
+    scale = pooled.set_index("cycle")["best_max_lr"].get(0, None if silo_lr is None else silo_lr[0])
+    if scale is not None:
+        k = np.linspace(0, cycles, 200)
+        ax.plot(100.0 * (1.0 - rate) ** k, scale * theory_lr(k, rate, **theory), color="tab:green",
+                label="theory α ∝ C^(-1/2) (σ_X={sigma_x:g}, σ_W={sigma_w:g}, d={d:g})".format(**theory))
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(_log_label))
+    ax.yaxis.set_minor_formatter(FuncFormatter(_log_label))
+    ax.set_ylabel("max_lr")
+    _density_axis(ax, pd.Series(lam))
+    ax.legend(fontsize=8)
+    return png(fig)
+
+
+def accuracy_figure(df: pd.DataFrame) -> bytes:
+    """Early-stop test accuracy (mean ± std over seeds) against λ, one line per schedule."""
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.add_subplot()
+    lam = densities(df)
+    for m in methods(df):
+        stats = accuracy_stats(final_rows(df, m))
+        if not stats.empty:
+            ax.errorbar(lam[stats.index], stats["mean"], yerr=stats["std"].fillna(0), fmt="o-", capsize=3,
+                        label=label(m))
+    ax.set_ylabel("early-stop test accuracy (%)")
+    _density_axis(ax, lam)
+    ax.legend(fontsize=8)
+    return png(fig)
+
+
+def _histogram(text: object) -> tuple[np.ndarray, np.ndarray] | None:
+    """(edges, normalised density) from a histogram JSON string, or None if absent."""
+    if not isinstance(text, str) or not text:
+        return None
+    h = json.loads(text)
+    edges, counts = np.asarray(h["edges"], dtype=float), np.asarray(h["counts"], dtype=float)
+    if counts.sum() <= 0:
+        return None
+    return edges, counts / (counts.sum() * np.diff(edges))
+
+
+def histogram_figure(rows: pd.DataFrame, lam: pd.Series) -> bytes | None:
+    """Gradient and activation histograms per λ (first seed of `rows`), as in the paper's Fig. 1."""
+    first = rows[rows["seed"] == rows["seed"].min()].sort_values("cycle").drop_duplicates("cycle")
+    panels = [("grad_hist", "gradients"), ("act_hist", "activations")]
+    hists = {col: [(c, _histogram(t)) for c, t in zip(first["cycle"], first[col])] for col, _ in panels}
+    if not any(h for col in hists for _, h in hists[col]):
+        return None
+    fig = Figure(figsize=(11, 4))
+    colours = {c: v for c, v in zip(first["cycle"], np.linspace(0.0, 0.9, len(first)))}
+    for i, (col, title) in enumerate(panels):
+        ax = fig.add_subplot(1, 2, i + 1)
+        for cycle, h in hists[col]:
+            if h is not None:
+                ax.stairs(h[1], h[0], color=colormaps["viridis"](colours[cycle]), label=f"λ = {lam[cycle]:.3g}%")
+        ax.set_yscale("log")
+        ax.set_title(f"{title} (seed {first['seed'].iloc[0]})")
+        ax.set_ylabel("density")
+        ax.legend(fontsize=7)
+    return png(fig)
+

@@ -1,0 +1,162 @@
+"""The report: spec, tables and figures of one results folder as report.md and a self-contained report.html."""
+from __future__ import annotations
+
+import base64
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import figures, render
+from analysis.files import read_results, read_spec, write_atomic
+from analysis.intervals import TOLERANCE, pooled_intervals, seed_intervals
+from analysis.select import densities, pruning_rate, silo_params
+from analysis.tables import (Table, accuracy_table, cost_table, oracle_table, seed_table, statistics_source,
+                             statistics_table)
+
+THEORY = {"sigma_x": 1.0, "sigma_w": 1.0}  # Theorem 1's σ_X, σ_W; d comes from the spec (default: MNIST-1D's 40)
+
+
+@dataclass(frozen=True)
+class Plot:
+    name: str
+    caption: str
+    png: bytes
+
+
+@dataclass
+class Section:
+    title: str
+    tables: list[Table] = field(default_factory=list)
+    plots: list[Plot] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _oracle_section(df: pd.DataFrame, spec: dict | None, tol: float) -> Section:
+    section = Section("Oracle max_lr and interval (paper §5.3)")
+    pooled, silo = pooled_intervals(df, tol), silo_params(df)
+    for make in (oracle_table, seed_table):
+        if (table := make(df, tol)) is not None:
+            section.tables.append(table)
+    if not section.tables:
+        section.notes.append("No Oracle rows: Oracle intervals left out.")
+    if silo is None:
+        section.notes.append("No SILO rows: SILO's max_lr left out.")
+    if section.tables or silo is not None:
+        d = int((spec or {}).get("input_dim", 40))
+        png = figures.max_lr_figure(pooled, seed_intervals(df, tol), silo, pruning_rate(df, spec),
+                                    int(df["cycle"].max()), {**THEORY, "d": d})
+        section.plots.append(Plot("max_lr", "max_lr against density: Oracle, SILO and the theory curve "
+                                  "α ∝ C^(-1/2) (Theorem 2, Remark 2) scaled to the dense max_lr.", png))
+    return section
+
+
+def _accuracy_section(df: pd.DataFrame) -> Section:
+    section = Section("Test accuracy")
+    table = accuracy_table(df)
+    if table is None:
+        section.notes.append("No final or selected rows: accuracy table left out.")
+        return section
+    section.tables.append(table)
+    if not set(df["method"]) - {"oracle", "silo"}:
+        section.notes.append("No baseline rows: baselines left out.")
+    section.plots.append(Plot("accuracy", "Early-stop test accuracy against density, mean ± std over seeds.",
+                              figures.accuracy_figure(df)))
+    return section
+
+
+def _cost_section(df: pd.DataFrame) -> Section:
+    section = Section("Cost")
+    table = cost_table(df)
+    if table is None:
+        section.notes.append("No trainings: cost table left out.")
+    else:
+        section.tables.append(table)
+    return section
+
+
+def _statistics_section(df: pd.DataFrame) -> Section:
+    section = Section("Gradient and activation statistics (§3.1)")
+    table = statistics_table(df)
+    if table is None:
+        section.notes.append("No final or selected rows: statistics left out.")
+        return section
+    section.tables.append(table)
+    name, rows = statistics_source(df)
+    png = figures.histogram_figure(rows, densities(df))
+    if png is None:
+        section.notes.append("No histograms in the results: histogram figure left out.")
+    else:
+        section.plots.append(Plot("histograms", f"Gradient and activation histograms per density ({name} rows), "
+                                  "as in the paper's Fig. 1.", png))
+    return section
+
+
+def _spec_cells(spec: dict) -> pd.DataFrame:
+    values = [v if isinstance(v, str) else json.dumps(v) for v in spec.values()]
+    return pd.DataFrame({"key": list(spec), "value": values})
+
+
+def _markdown(title: str, spec: dict | None, sections: list[Section]) -> str:
+    out = [f"# {title}\n"]
+    if spec:
+        out += ["## Experiment\n", render.markdown(_spec_cells(spec))]
+    for s in sections:
+        out.append(f"## {s.title}\n")
+        out += [f"_{n}_\n" for n in s.notes]
+        for t in s.tables:
+            out += [f"### {t.title}\n"] * (t.title != s.title)
+            out += [f"**Verdict:** {t.verdict}\n", render.markdown(t.cells, t.bold)]
+        out += [f"![{p.caption}](figures/{p.name}.png)\n\n{p.caption}\n" for p in s.plots]
+    return "\n".join(out)
+
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1em}th,td{border-bottom:1px solid #ccc;padding:3px 10px;text-align:right}
+th:first-child,td:first-child{text-align:left}thead th{border-bottom:2px solid #444}
+.verdict{font-weight:600}.note{font-style:italic;color:#666}img{max-width:100%}figcaption{color:#444}"""
+
+
+def _html(title: str, spec: dict | None, sections: list[Section]) -> str:
+    e = html.escape
+    out = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(title)}</title>",
+           f"<style>{_CSS}</style></head><body>", f"<h1>{e(title)}</h1>"]
+    if spec:
+        out += ["<h2>Experiment</h2>", render.html(_spec_cells(spec))]
+    for s in sections:
+        out.append(f"<h2>{e(s.title)}</h2>")
+        out += [f"<p class=\"note\">{e(n)}</p>" for n in s.notes]
+        for t in s.tables:
+            out += [f"<h3>{e(t.title)}</h3>"] * (t.title != s.title)
+            out += [f"<p class=\"verdict\">{e(t.verdict)}</p>", render.html(t.cells, t.bold)]
+        for p in s.plots:
+            data = base64.b64encode(p.png).decode()
+            out.append(f"<figure><img alt=\"{e(p.caption)}\" src=\"data:image/png;base64,{data}\">"
+                       f"<figcaption>{e(p.caption)}</figcaption></figure>")
+    out.append("</body></html>\n")
+    return "\n".join(out)
+
+
+def write_report(out_dir: Path, *, tolerance: float = TOLERANCE) -> dict[str, Path]:
+    """Write report.md, report.html, tables/*.csv|md|tex and figures/*.png for `out_dir`; return them by name."""
+    out_dir = Path(out_dir)
+    df, spec = read_results(out_dir), read_spec(out_dir)
+    if df.empty:
+        sections = [Section("Results", notes=["The results table is empty: nothing to report."])]
+    else:
+        sections = [_oracle_section(df, spec, tolerance), _accuracy_section(df), _cost_section(df),
+                    _statistics_section(df)]
+    title = "Oracle search report" + ("" if df.empty else f": {df['experiment'].iloc[0]}")
+    written: dict[str, Path] = {}
+    for s in sections:
+        for t in s.tables:
+            for ext, text in (("csv", t.data.to_csv(index=False)), ("md", render.markdown(t.cells, t.bold)),
+                              ("tex", render.latex(t.cells, t.bold))):
+                written[f"tables/{t.name}.{ext}"] = write_atomic(out_dir / "tables" / f"{t.name}.{ext}", text)
+        for p in s.plots:
+            written[f"figures/{p.name}.png"] = write_atomic(out_dir / "figures" / f"{p.name}.png", p.png)
+    written["report.md"] = write_atomic(out_dir / "report.md", _markdown(title, spec, sections))
+    written["report.html"] = write_atomic(out_dir / "report.html", _html(title, spec, sections))
+    return written

@@ -1,0 +1,299 @@
+"""The `oracle-search` command line. Input is validated here, once, before anything starts or is written."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from trainables.checkpoints import CheckpointError
+from trainables.data import DataError
+from trainables.presets import DEFAULT_PRESET, PRESETS
+from trainables.schedules import SCHEDULE_NAMES, SiloParams, silo_max_lr
+from trainables.spec import ExperimentSpec, Resources, SpecError, validate_silo
+
+EXIT_INVALID, EXIT_FAILED = 2, 1
+
+
+class InvalidInput(Exception):
+    """Bad command-line input: exit 2 with one line naming the option."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse would print the usage too)
+        raise InvalidInput(message)
+
+
+# --- option groups -----------------------------------------------------------------------------------------------
+
+SPEC_OVERRIDES = {  # option -> (spec field, type, help)
+    "--model": ("model", str, "network (see `presets`)"),
+    "--dataset": ("dataset", str, "mnist1d | digits | synthetic | cifar10 | cifar100 | imagenet"),
+    "--data-dir": ("data_dir", str, "folder holding the dataset (CIFAR in torchvision's format); also the MNIST-1D cache"),
+    "--pruner": ("pruner", str, "pruning method, e.g. global_magnitude"),
+    "--rate": ("rate", float, "fraction of the remaining weights pruned per cycle (0, 1)"),
+    "--cycles": ("cycles", int, "pruning cycles L after the dense one"),
+    "--epochs": ("epochs", int, "training epochs per cycle"),
+    "--batch-size": ("batch_size", int, "training batch size"),
+    "--optimizer": ("optimizer", str, "sgd | adam | rmsprop"),
+    "--weights": ("weights", str, "after pruning: continue | rewind | reinit"),
+    "--rewind-epoch": ("rewind_epoch", int, "epoch of cycle 0 that --weights rewind returns to"),
+    "--seed": ("seed", int, "first trial seed"),
+    "--device": ("device", str, "auto | cpu | cuda"),
+    "--num-samples": ("num_samples", int, "dataset size (MNIST-1D: samples generated; others: training pool)"),
+}
+RESOURCE_OVERRIDES = {
+    "--cpus-per-trial": ("cpus_per_trial", float, "CPUs per trial (fractions allowed)"),
+    "--gpus-per-trial": ("gpus_per_trial", float, "GPUs per trial (fractions pack trials onto one GPU)"),
+    "--max-concurrent": ("max_concurrent", int, "most trials at once (0: as many as fit)"),
+    "--storage-path": ("storage_path", str, "Tune storage: a shared folder or cloud URI (default: under --out)"),
+}
+
+
+def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
+    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"named setup (default {DEFAULT_PRESET}; see `presets`)")
+    g = p.add_argument_group("overrides of the preset")
+    for opt, (_, typ, text) in SPEC_OVERRIDES.items():
+        g.add_argument(opt, type=typ, help=text)
+    g.add_argument("--schedule", choices=SCHEDULE_NAMES, help="LR schedule within a cycle")
+    if cluster:
+        r = p.add_argument_group("resources")
+        for opt, (_, typ, text) in RESOURCE_OVERRIDES.items():
+            r.add_argument(opt, type=typ, help=text)
+        r.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
+
+
+def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
+    """The preset with every given override applied; validation raises SpecError naming the field."""
+    if args.preset not in PRESETS:
+        raise SpecError("preset", f"unknown {args.preset!r}; allowed: {', '.join(sorted(PRESETS))}")
+    spec = PRESETS[args.preset].spec
+    changes: dict[str, Any] = {}
+    for opt, (name, _, _) in SPEC_OVERRIDES.items():
+        value = getattr(args, opt[2:].replace("-", "_"), None)
+        if value is not None:
+            changes[name] = value
+    if "optimizer" in changes:
+        changes["optimizer"] = dataclasses.replace(spec.optimizer, name=changes["optimizer"])
+    if getattr(args, "schedule", None):
+        changes["schedule"] = dataclasses.replace(spec.schedule, name=args.schedule)
+    res = {name: v for opt, (name, _, _) in RESOURCE_OVERRIDES.items()
+           if (v := getattr(args, opt[2:].replace("-", "_"), None)) is not None}
+    if res:
+        changes["resources"] = dataclasses.replace(spec.resources, **res)
+    if getattr(args, "grid", None):
+        changes["grid"] = parse_grid(args.grid)
+    return dataclasses.replace(spec, **changes)
+
+
+def parse_grid(text: str) -> tuple[float, ...]:
+    """`0.01,0.02,0.04` or `log:LO:HI:N` (N log-spaced values from LO to HI)."""
+    try:
+        if text.startswith("log:"):
+            lo, hi, n = text[4:].split(":")
+            lo_f, hi_f, n_i = float(lo), float(hi), int(n)
+            if not (0 < lo_f < hi_f and n_i >= 2):
+                raise ValueError
+            return tuple(float(f"{v:.6g}") for v in np.geomspace(lo_f, hi_f, n_i))
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise SpecError("grid", f"expected a list like 0.01,0.1 or log:LO:HI:N with 0 < LO < HI and N >= 2, got {text!r}")
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        raise SpecError("grid", f"every max_lr must be a positive number, got {text!r}")
+    return values
+
+
+def prepare_out(out: Path, spec: ExperimentSpec) -> None:
+    """Create --out holding spec.json; a rerun must use the same experiment (it resumes)."""
+    saved = out / "spec.json"
+    if saved.exists():
+        old = ExperimentSpec.from_dict(json.loads(saved.read_text()))
+        if dataclasses.replace(old, resources=Resources()) != dataclasses.replace(spec, resources=Resources()):
+            raise SpecError("out", f"{out} holds a run of a different experiment; use a new --out")
+        return
+    from oracle_search.results import atomic_write_json
+
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(saved, spec.to_dict())
+
+
+def check_inputs(spec: ExperimentSpec) -> None:
+    """Load the data once here, so a missing dataset folder fails before any trial starts."""
+    from trainables.data import load_data
+
+    load_data(spec)
+
+
+# --- commands ----------------------------------------------------------------------------------------------------
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    for name, preset in PRESETS.items():
+        s = preset.spec
+        print(f"{name:24} {s.model}/{s.dataset}, {s.pruner}, p={s.rate}, L={s.cycles}, {s.epochs} epochs, "
+              f"{s.optimizer.name}, weights {s.weights}")
+        print(f"{'':24} {preset.source}")
+    return 0
+
+
+def cmd_silo_curve(args: argparse.Namespace) -> int:
+    validate_silo(SiloParams(args.epsilon, args.delta, args.q, args.beta))
+    if not 0 < args.rate < 1:
+        raise SpecError("rate", f"must lie in (0, 1), got {args.rate!r}")
+    if args.cycles < 0:
+        raise SpecError("cycles", f"must be >= 0, got {args.cycles!r}")
+    rows = [{"cycle": m, "density": 100.0 * (1 - args.rate) ** m,
+             "max_lr": silo_max_lr(m, epsilon=args.epsilon, delta=args.delta, q=args.q, beta=args.beta,
+                                   rate=args.rate)} for m in range(args.cycles + 1)]
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        print(f"{'cycle':>5} {'density %':>10} {'max_lr':>10}")
+        for r in rows:
+            print(f"{r['cycle']:>5} {r['density']:>10.2f} {r['max_lr']:>10.5f}")
+    return 0
+
+
+def cmd_cycle(args: argparse.Namespace) -> int:
+    from trainables.cycle import run_cycle
+
+    spec = spec_from_args(args)
+    if not (math.isfinite(args.max_lr) and args.max_lr > 0):
+        raise SpecError("max-lr", f"must be a positive number, got {args.max_lr!r}")
+    if args.cycle < 0 or args.cycle > spec.cycles:
+        raise SpecError("cycle", f"must lie in [0, cycles={spec.cycles}], got {args.cycle}")
+    if args.cycle > 0 and not args.start:
+        raise SpecError("start", f"cycle {args.cycle} needs --start, the checkpoint of cycle {args.cycle - 1}")
+    if args.start:
+        from trainables.checkpoints import load_checkpoint
+
+        load_checkpoint(args.start)  # a corrupt start fails here, before anything is written
+    check_inputs(spec)
+    out = Path(args.out)
+    ckpt = out / f"cycle{args.cycle:02d}-seed{spec.seed}-lr{args.max_lr:.6g}"
+    result = run_cycle(spec, cycle=args.cycle, max_lr=args.max_lr, seed=spec.seed, start_checkpoint=args.start,
+                       checkpoint_dir=ckpt)
+    row = result.row() | {"experiment": out.name, "method": spec.schedule.name, "stage": "single",
+                          "schedule": spec.schedule.name, "selected": True, "trial_id": "", "pruned": False}
+    row |= _silo_fields(spec)
+    if args.json:
+        print(json.dumps(row))
+    else:
+        print(f"cycle {row['cycle']} density {row['density']:.2f}% max_lr {row['max_lr']:.4g}: "
+              f"val {row['val_acc']:.2f}% test {row['test_acc']:.2f}% (best epoch {row['best_epoch']}/"
+              f"{row['epochs']}, {row['seconds']:.1f}s{', DIVERGED' if row['diverged'] else ''})\n"
+              f"checkpoint: {row['checkpoint']}")
+    return 0
+
+
+def _silo_fields(spec: ExperimentSpec) -> dict[str, float]:
+    if spec.schedule.name != "silo":
+        return {k: float("nan") for k in ("epsilon", "delta", "q", "beta")}
+    return dataclasses.asdict(spec.schedule.silo)
+
+
+def _runner(args: argparse.Namespace, spec: ExperimentSpec):
+    from oracle_search.engine import Runner
+
+    out = Path(args.out)
+    prepare_out(out, spec)
+    return Runner(out=out, spec=spec, experiment=spec.preset, address=args.address)
+
+
+def _seeds(args: argparse.Namespace, spec: ExperimentSpec) -> list[int]:
+    if args.seeds < 1:
+        raise SpecError("seeds", f"must be >= 1, got {args.seeds}")
+    return list(range(spec.seed, spec.seed + args.seeds))
+
+
+def cmd_oracle(args: argparse.Namespace) -> int:
+    from oracle_search.oracle import oracle_table, run_oracle
+
+    spec = spec_from_args(args)
+    seeds = _seeds(args, spec)
+    if args.refine < 0:
+        raise SpecError("refine", f"must be >= 0, got {args.refine}")
+    check_inputs(spec)
+    with _runner(args, spec) as runner:
+        chosen = run_oracle(runner, seeds, list(spec.grid), refine=args.refine)
+    print("\nOracle table\n" + oracle_table(chosen))
+    print(f"\nresults: {runner.out / 'results.parquet'} (and results.csv)")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from analysis.report import write_report
+
+    out = Path(args.dir)
+    if not ((out / "results.parquet").exists() or (out / "results.csv").exists()):
+        raise SpecError("DIR", f"no results table in {out}")
+    paths = write_report(out)
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+# --- parser ------------------------------------------------------------------------------------------------------
+
+def build_parser() -> Parser:
+    p = Parser(prog="oracle-search", description="Which peak learning rate would an exhaustive Oracle choose at "
+               "every pruning cycle, does SILO land inside its interval, and what does each cost?")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    sub.add_parser("presets", help="list the named setups").set_defaults(run=cmd_presets)
+
+    c = sub.add_parser("silo-curve", help="SILO's max_lr per cycle (Algorithm 1)")
+    for opt, typ in (("--epsilon", float), ("--delta", float), ("--q", int), ("--beta", float),
+                     ("--rate", float), ("--cycles", int)):
+        c.add_argument(opt, type=typ, required=True)
+    c.add_argument("--json", action="store_true", help="print a JSON list of {cycle, density, max_lr}")
+    c.set_defaults(run=cmd_silo_curve)
+
+    c = sub.add_parser("cycle", help="run one pruning cycle in this process")
+    add_spec_options(c, cluster=False)
+    c.add_argument("--max-lr", type=float, required=True, help="peak learning rate of the cycle")
+    c.add_argument("--cycle", type=int, required=True, help="cycle index m (0 = dense)")
+    c.add_argument("--start", help="checkpoint directory of cycle m-1 (required for m >= 1)")
+    c.add_argument("--out", required=True, help="folder for the checkpoint")
+    c.add_argument("--json", action="store_true", help="print the results-table row as JSON")
+    c.set_defaults(run=cmd_cycle)
+
+    c = sub.add_parser("oracle", help="grid-search max_lr at every cycle on Ray Tune, chaining the best")
+    add_spec_options(c, cluster=True)
+    c.add_argument("--grid", help="max_lr values: 0.01,0.02 or log:LO:HI:N (default: the preset's grid)")
+    c.add_argument("--refine", type=int, default=0, help="N extra linear values around each seed's coarse best")
+    c.add_argument("--seeds", type=int, default=1, help="number of seeds")
+    c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
+    c.set_defaults(run=cmd_oracle)
+
+    c = sub.add_parser("report", help="write DIR/report.md and DIR/report.html from DIR's results")
+    c.add_argument("dir", metavar="DIR")
+    c.set_defaults(run=cmd_report)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.run(args)
+    except (InvalidInput, SpecError, DataError, CheckpointError) as err:
+        print(f"oracle-search: error: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        print("oracle-search: interrupted; rerun the same command to resume", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as err:  # a run that failed: one line, then the traceback for the curious
+        from oracle_search.engine import RunFailed
+
+        print(f"oracle-search: failed: {err}", file=sys.stderr)
+        if not isinstance(err, RunFailed):
+            raise
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

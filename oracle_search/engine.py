@@ -1,0 +1,302 @@
+"""Run batches of pruning-cycle trials on Ray Tune, recording each finished trial in a ledger at once.
+
+The ledger (one small JSON file per finished trial under DIR/ledger/) is what makes every driver resumable:
+a rerun skips every trial already in it, so a killed driver never retrains a finished trial.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+from ray import tune
+from ray.tune.search import Searcher
+
+from oracle_search.results import atomic_write_json, write_results
+from trainables.spec import ExperimentSpec
+from trainables.tune_adapter import cycle_trainable
+
+ROW_METRICS = ("cycle", "seed", "max_lr", "density", "val_acc", "test_acc", "best_epoch", "epochs", "seconds",
+               "device", "diverged", "grad_std", "act_std", "grad_hist", "act_hist", "checkpoint_hash",
+               "start_hash", "gpu_ids", "node_id")
+
+
+class RunFailed(RuntimeError):
+    """Trials failed even after retries; finished ones are kept, a rerun resumes."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    key: str  # unique within a run directory; names the trial in the ledger
+    spec: ExperimentSpec
+    cycle: int
+    max_lr: float | None
+    seed: int
+    start_checkpoint: str | None
+    tags: dict[str, Any] = field(default_factory=dict)  # extra results-table fields: method, stage, ...
+
+    def config(self) -> dict[str, Any]:
+        return {"spec": self.spec, "cycle": self.cycle, "max_lr": self.max_lr, "seed": self.seed,
+                "start_checkpoint": self.start_checkpoint, "key": self.key}
+
+
+class Ledger:
+    def __init__(self, out: Path):
+        self.dir = out / "ledger"
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        return self.dir / f"{key}.json"
+
+    def get(self, key: str) -> dict | None:
+        path = self._path(key)
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def record(self, row: dict) -> None:
+        atomic_write_json(self._path(row["key"]), row)
+
+    def rows(self) -> list[dict]:
+        return [json.loads(p.read_text()) for p in sorted(self.dir.glob("*.json"))]
+
+
+def connect(address: str | None) -> None:
+    """Join the cluster at `address`, or start a local Ray sized to this machine with its dashboard off."""
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no status tables
+    # Tune lets a searcher keep only one trial pending by default, which serialises trial starts.
+    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(max(2, os.cpu_count() or 1)))
+    if address:
+        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        return
+    import torch
+
+    # address="local": never join a stale cluster that a leftover ray_current_cluster file names.
+    ray.init(address="local", num_cpus=os.cpu_count(), num_gpus=torch.cuda.device_count(),
+             include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+
+
+def checkpoint_uri(checkpoint: tune.Checkpoint, storage: str) -> str:
+    if "://" in storage:
+        return f"{storage.split('://', 1)[0]}://{checkpoint.path}"
+    return checkpoint.path
+
+
+class Progress:
+    """One line per finished trial instead of Ray's tables."""
+
+    def __init__(self, stream=sys.stdout):
+        self.stream = stream
+        self.started = time.monotonic()
+
+    def say(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
+
+    def trial(self, row: dict) -> None:
+        tag = f"{row.get('method', '?')}/{row.get('stage', '?')}"
+        extra = f" trial {int(row['study_trial'])}" if row.get("study_trial") is not None else ""
+        state = " DIVERGED" if row["diverged"] else ""
+        self.say(f"  [{self.elapsed()}] {tag}{extra} cycle {row['cycle']} seed {row['seed']} "
+                 f"max_lr {row['max_lr']:.4g}: val {row['val_acc']:.1f} test {row['test_acc']:.1f} "
+                 f"(epoch {row['best_epoch']}/{row['epochs']}, {row['seconds']:.1f}s){state}")
+
+    def elapsed(self) -> str:
+        s = int(time.monotonic() - self.started)
+        return f"{s // 60:02d}:{s % 60:02d}"
+
+
+def keep_idle_actors_warm() -> None:
+    """Keep Tune's idle trial actors while the experiment lives, instead of evicting them at every step where
+    no trial is pending.
+
+    Between two cycles no trial is pending for a moment (the next cycle waits for the selection), and Tune would
+    evict every warm actor (torch imported, data cached) only to start cold ones seconds later: on a 2-core
+    machine that gap cost more than the trials. All idle actors are still removed when the experiment ends.
+    This touches a private Tune method; if a Ray release renames it, runs stay correct, only slower.
+    """
+    from ray.tune.execution.tune_controller import TuneController
+
+    original = getattr(TuneController, "_cleanup_cached_actors", None)
+    if original is None or getattr(original, "_keeps_warm", False):
+        return
+
+    def cleanup(self, force_all: bool = False):
+        if force_all or self._search_alg.is_finished():
+            original(self, force_all=force_all)
+
+    cleanup._keeps_warm = True
+    TuneController._cleanup_cached_actors = cleanup
+
+
+class TrialQueue(Searcher):
+    """Feeds Tune the trials the driver asks for, as it asks: one Tune experiment serves a whole driver run,
+    so actors (and the data cached in them) live across cycles instead of restarting with every batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: deque[Trial] = deque()
+        self.closed = False
+        self.lock = threading.Lock()
+
+    def put(self, trials: list[Trial]) -> None:
+        with self.lock:
+            self.pending.extend(trials)
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        with self.lock:
+            if self.pending:
+                return {"trial": self.pending.popleft().config()}
+            return Searcher.FINISHED if self.closed else None
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        pass
+
+    # Tune pickles its searcher and callbacks for `Tuner.restore`, which we never use (the ledger resumes).
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+        self.closed = True
+
+
+class _Record(tune.Callback):
+    """Hands finished and failed trials to the runner, in the driver process."""
+
+    def __init__(self, runner: "Runner"):
+        self.runner = runner
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.runner._record(trial)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.runner._fail(trial)
+
+    def __getstate__(self) -> dict:
+        return {}
+
+
+@dataclass
+class Runner:
+    """Runs trials for one results directory on one long-lived Tune experiment; each finished trial lands in
+    the ledger immediately. Use as a context manager, or call `close()`."""
+
+    out: Path
+    spec: ExperimentSpec
+    experiment: str
+    address: str | None = None
+    trainable: Callable[[dict], None] = cycle_trainable
+    max_failures: int = 2
+    progress: Progress = field(default_factory=Progress)
+
+    def __post_init__(self) -> None:
+        self.out = self.out.resolve()
+        self.ledger = Ledger(self.out)
+        self.storage = self.spec.resources.storage_path or str(self.out / "tune")
+        self._queue: TrialQueue | None = None
+        self._thread: threading.Thread | None = None
+        self._done = threading.Condition()
+        self._finished: dict[str, dict] = {}
+        self._failed: set[str] = set()
+        self._by_key: dict[str, Trial] = {}
+        self._tune_error: BaseException | None = None
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def run(self, trials: list[Trial]) -> dict[str, dict]:
+        """Rows of all `trials`, training only those not already in the ledger; blocks until they finish."""
+        rows = {t.key: row for t in trials if (row := self.ledger.get(t.key)) is not None}
+        todo = [t for t in trials if t.key not in rows]
+        if todo:
+            self._start()
+            self._by_key.update({t.key: t for t in todo})
+            self._queue.put(todo)
+            keys = {t.key for t in todo}
+            with self._done:
+                while not keys <= (self._finished.keys() | self._failed):
+                    if not self._thread.is_alive():
+                        break
+                    self._done.wait(timeout=1.0)
+            rows.update({k: self._finished[k] for k in keys if k in self._finished})
+        missing = [t.key for t in trials if t.key not in rows]
+        if missing:
+            cause = f" ({self._tune_error})" if self._tune_error else ""
+            raise RunFailed(f"{len(missing)} trial(s) failed after {self.max_failures} retries{cause} "
+                            f"(first: {missing[0]}); finished trials are kept, rerun the command to resume")
+        return rows
+
+    def close(self) -> None:
+        if self._queue is not None:
+            self._queue.close()
+            self._thread.join()
+            self._queue = None
+
+    def write_results(self):
+        return write_results(self.out, self.ledger.rows())
+
+    def _record(self, trial) -> None:
+        result, key = trial.last_result, trial.config["trial"]["key"]
+        if "val_acc" not in result or trial.checkpoint is None:
+            return
+        row = {k: result[k] for k in ROW_METRICS} | self._by_key[key].tags | {
+            "experiment": self.experiment, "key": key, "trial_id": trial.trial_id,
+            "checkpoint": checkpoint_uri(trial.checkpoint, self.storage)}
+        self.ledger.record(row)
+        self.progress.trial(row)
+        with self._done:
+            self._finished[key] = row
+            self._done.notify_all()
+
+    def _fail(self, trial) -> None:
+        with self._done:
+            self._failed.add(trial.config["trial"]["key"])
+            self._done.notify_all()
+
+    def _start(self) -> None:
+        if self._queue is not None:
+            return
+        connect(self.address)
+        keep_idle_actors_warm()
+        inner = self.trainable
+        res = self.spec.resources
+        trainable = tune.with_resources(lambda config: inner(config["trial"]),
+                                        {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial})
+        queue = TrialQueue()
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                search_alg=queue, num_samples=-1, max_concurrent_trials=res.max_concurrent or None,
+                reuse_actors=True, trial_dirname_creator=lambda trial: trial.config["trial"]["key"]),
+            run_config=tune.RunConfig(
+                name=f"{self.experiment}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+                storage_path=self.storage, failure_config=tune.FailureConfig(max_failures=self.max_failures),
+                verbose=0, callbacks=[_Record(self)]),
+        )
+
+        def fit() -> None:
+            try:
+                tuner.fit()
+            except BaseException as err:  # surfaced by run() as RunFailed
+                self._tune_error = err
+            finally:
+                with self._done:
+                    self._done.notify_all()
+
+        self._queue = queue
+        self._thread = threading.Thread(target=fit, name="tune", daemon=True)
+        self._thread.start()

@@ -1,0 +1,233 @@
+"""One pruning cycle, end to end: load the chained state, prune, set weights, retrain, measure.
+
+`run_cycle` is the unit everything else is made of: the Oracle, the SILO fitter and the baselines are all
+collections of cycles. It needs no Ray; the Tune adapter is a thin wrapper around it.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from trainables.checkpoints import CheckpointError, checkpoint_hash, load_checkpoint, save_checkpoint
+from trainables.data import TensorData, load_data
+from trainables.models import build_model
+from trainables.pruning import Masks, apply_masks, density, full_masks, mask_gradients, prunable, prune
+from trainables.schedules import cycle_peak, lr_at
+from trainables.spec import ExperimentSpec, OptimizerSpec
+
+HIST_BINS = 40
+
+
+@dataclass
+class CycleResult:
+    """What one cycle measured; `row()` gives the results-table fields it knows."""
+
+    cycle: int
+    seed: int
+    max_lr: float
+    density: float
+    val_acc: float
+    test_acc: float  # early-stop: the test accuracy at the best-validation epoch
+    best_epoch: int
+    epochs: int
+    seconds: float
+    device: str
+    diverged: bool
+    grad_std: float
+    act_std: float
+    grad_hist: str  # JSON {"edges": [...], "counts": [...]}
+    act_hist: str
+    checkpoint: str
+    checkpoint_hash: str
+    start_hash: str
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cuda")
+    return torch.device("cpu")
+
+
+def make_optimizer(o: OptimizerSpec, params, lr: float) -> torch.optim.Optimizer:
+    if o.name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
+    if o.name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=o.weight_decay)
+    return torch.optim.RMSprop(params, lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
+
+
+def _autocast(device: torch.device, spec: ExperimentSpec):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and spec.amp)
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, data: TensorData, split: str, spec: ExperimentSpec, device: torch.device) -> float:
+    model.eval()
+    correct = torch.zeros((), device=device)
+    with _autocast(device, spec):
+        for x, y in data.batches(split, max(spec.batch_size, 512)):
+            correct += (model(_layout(x, spec, device)).argmax(1) == y).sum()
+    return 100.0 * float(correct) / data.size(split)
+
+
+def _layout(x: torch.Tensor, spec: ExperimentSpec, device: torch.device) -> torch.Tensor:
+    if x.dim() == 4 and device.type == "cuda" and spec.channels_last:
+        return x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+def _histogram(values: torch.Tensor) -> tuple[float, str]:
+    v = values.detach().double().cpu().numpy()
+    if v.size == 0 or not np.all(np.isfinite(v)):
+        return float("nan"), json.dumps({"edges": [], "counts": []})
+    counts, edges = np.histogram(v, bins=HIST_BINS)
+    return float(v.std()), json.dumps({"edges": edges.tolist(), "counts": counts.tolist()})
+
+
+def layer_statistics(model: nn.Module, masks: Masks, data: TensorData, spec: ExperimentSpec,
+                     device: torch.device) -> tuple[float, str, float, str]:
+    """§3.1: std and histogram of the unpruned weights' gradients (one training batch) and of hidden
+    post-activation outputs (one validation batch)."""
+    activations: list[torch.Tensor] = []
+    hooks = [m.register_forward_hook(lambda _m, _i, out: activations.append(out.detach().flatten()))
+             for m in model.modules() if isinstance(m, (nn.ReLU, nn.GELU))]
+    x, y = next(data.batches("train", spec.batch_size))
+    model.train()
+    model.zero_grad(set_to_none=True)
+    nn.functional.cross_entropy(model(_layout(x, spec, device)), y).backward()
+    params = prunable(model)
+    grads = torch.cat([params[n].grad[masks[n]].flatten() for n in masks if params[n].grad is not None])
+    model.zero_grad(set_to_none=True)
+    activations.clear()
+    model.eval()
+    with torch.no_grad():
+        model(_layout(next(data.batches("val", spec.batch_size))[0], spec, device))
+    for h in hooks:
+        h.remove()
+    acts = torch.cat(activations) if activations else torch.zeros(0)
+    return (*_histogram(grads), *_histogram(acts))
+
+
+def _state_copy(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _prepare(spec: ExperimentSpec, cycle: int, seed: int, start_checkpoint: str | None, data: TensorData,
+             device: torch.device) -> tuple[nn.Module, Masks, dict | None, str]:
+    """The network to train this cycle: fresh (cycle 0), or chained, pruned and set by the weights policy."""
+    torch.manual_seed(seed)
+    model = build_model(spec.model, data.input_shape, data.num_classes).to(device)
+    if cycle == 0:
+        return model, full_masks(model), None, ""
+    if start_checkpoint is None:
+        raise CheckpointError(f"cycle {cycle} needs a start checkpoint (the chained state of cycle {cycle - 1})")
+    state = load_checkpoint(start_checkpoint, map_location=device)
+    if state["fingerprint"] != spec.chain_fingerprint():
+        raise CheckpointError(f"checkpoint {start_checkpoint}: made for a different experiment "
+                              "(model, data or pruning differ)")
+    if state["cycle"] != cycle - 1:
+        raise CheckpointError(f"checkpoint {start_checkpoint}: holds cycle {state['cycle']}, cycle {cycle} "
+                              f"needs cycle {cycle - 1}")
+    model.load_state_dict(state["model"])
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + cycle)
+    masks = prune(model, state["masks"], spec.rate, spec.pruner,
+                  lambda: islice(data.batches("train", spec.batch_size, generator), spec.score_batches))
+    if spec.weights == "rewind":
+        model.load_state_dict(state["rewind"])
+    elif spec.weights == "reinit":
+        torch.manual_seed(seed + 7919 * cycle)
+        model.load_state_dict(build_model(spec.model, data.input_shape, data.num_classes).state_dict())
+    apply_masks(model, masks)
+    return model, masks, state.get("rewind"), checkpoint_hash(start_checkpoint)
+
+
+def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: int,
+              start_checkpoint: str | None = None, checkpoint_dir: str | Path | None = None) -> CycleResult:
+    """Run pruning cycle `cycle` (0 = dense training) at peak LR `max_lr` (SILO derives its own)."""
+    started = time.perf_counter()
+    device = resolve_device(spec.device)
+    data = load_data(spec).to(device)
+    model, masks, rewind, start_hash = _prepare(spec, cycle, seed, start_checkpoint, data, device)
+    if cycle == 0 and spec.weights == "rewind" and spec.rewind_epoch == 0:
+        rewind = _state_copy(model)
+    if device.type == "cuda" and spec.channels_last and len(data.input_shape) == 3:
+        model = model.to(memory_format=torch.channels_last)
+    forward = torch.compile(model) if spec.compile else model
+
+    peak = cycle_peak(spec.schedule, cycle, spec.rate, max_lr)
+    optimizer = make_optimizer(spec.optimizer, model.parameters(), peak)
+    steps_per_epoch = math.ceil(data.size("train") / spec.batch_size)
+    total = spec.epochs * steps_per_epoch
+    # The same data order for every max_lr of a (seed, cycle): grid points differ only in their LR.
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + cycle)
+
+    best_val, best_test, best_epoch, best_state = -1.0, 0.0, 0, _state_copy(model)
+    step, epochs_run, diverged = 0, 0, False
+    for epoch in range(1, spec.epochs + 1):
+        model.train()
+        epoch_loss = torch.zeros((), device=device)
+        for x, y in data.batches("train", spec.batch_size, generator):
+            lr = lr_at(step, total, peak, spec.schedule)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            with _autocast(device, spec):
+                loss = nn.functional.cross_entropy(forward(_layout(x, spec, device)), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            mask_gradients(model, masks)
+            optimizer.step()
+            apply_masks(model, masks)  # weight decay and momentum must not revive pruned weights
+            epoch_loss += loss.detach()
+            step += 1
+        epochs_run = epoch
+        # One check per epoch, not per step: a per-step check would force a GPU sync in the hot loop.
+        if not torch.isfinite(epoch_loss):
+            diverged = True
+            break
+        val = accuracy(forward, data, "val", spec, device)
+        if val > best_val:
+            best_val, best_test, best_epoch = val, accuracy(forward, data, "test", spec, device), epoch
+            best_state = _state_copy(model)
+        if cycle == 0 and spec.weights == "rewind" and epoch == spec.rewind_epoch:
+            rewind = _state_copy(model)
+
+    if best_epoch == 0:  # diverged before a single finite epoch: report where it started
+        model.load_state_dict(best_state)
+        best_val = accuracy(model, data, "val", spec, device)
+        best_test = accuracy(model, data, "test", spec, device)
+    model.load_state_dict(best_state)  # the chained weights are those of the best-validation epoch
+    grad_std, grad_hist, act_std, act_hist = layer_statistics(model, masks, data, spec, device)
+
+    path, digest = "", ""
+    if checkpoint_dir is not None:
+        payload = {"model": best_state, "masks": masks, "rewind": rewind, "cycle": cycle,
+                   "fingerprint": spec.chain_fingerprint(),
+                   "metrics": {"val_acc": best_val, "test_acc": best_test, "max_lr": peak, "seed": seed}}
+        payload = {k: v for k, v in payload.items() if v is not None}
+        digest = save_checkpoint(checkpoint_dir, _to_cpu(payload))
+        path = str(checkpoint_dir)
+    return CycleResult(
+        cycle=cycle, seed=seed, max_lr=peak, density=density(masks), val_acc=best_val, test_acc=best_test,
+        best_epoch=best_epoch, epochs=epochs_run, seconds=time.perf_counter() - started, device=str(device),
+        diverged=diverged, grad_std=grad_std, act_std=act_std, grad_hist=grad_hist, act_hist=act_hist,
+        checkpoint=path, checkpoint_hash=digest, start_hash=start_hash)
+
+
+def _to_cpu(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    return copy.copy(obj)

@@ -1,0 +1,182 @@
+"""The experiment spec: one typed, frozen description of a run, validated once on construction."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainables.schedules import SCHEDULE_NAMES, ScheduleSpec, SiloParams
+
+OPTIMIZERS = ("sgd", "adam", "rmsprop")
+WEIGHT_POLICIES = ("continue", "rewind", "reinit")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class SpecError(ValueError):
+    """Invalid input; `field` names the offending spec field or option."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    name: str = "sgd"
+    momentum: float = 0.9  # SGD momentum; RMSProp's too
+    weight_decay: float = 1e-4
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Where and how wide trials run; never part of the science fingerprint."""
+
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    max_concurrent: int = 0  # 0: as many as the cluster fits
+    storage_path: str | None = None  # a shared folder or cloud URI; default: under --out
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    preset: str = "custom"
+    model: str = "mlp"
+    dataset: str = "mnist1d"
+    data_dir: str | None = None
+    pruner: str = "global_magnitude"
+    rate: float = 0.2
+    cycles: int = 5
+    epochs: int = 20
+    batch_size: int = 128
+    optimizer: OptimizerSpec = OptimizerSpec()
+    schedule: ScheduleSpec = ScheduleSpec()
+    weights: str = "continue"  # after pruning: continue | rewind (to epoch rewind_epoch of cycle 0) | reinit
+    rewind_epoch: int = 0
+    val_fraction: float = 0.15
+    test_fraction: float = 0.15  # for datasets without their own test split
+    num_samples: int = 0  # 0: the dataset's own size (MNIST-1D: how many to generate)
+    split_seed: int = 0  # fixes the train/val/test split for every trial
+    seed: int = 0  # the first trial seed; --seeds S uses seed .. seed+S-1
+    device: str = "auto"
+    amp: bool = True  # bf16 autocast, on CUDA only
+    channels_last: bool = True  # image models on CUDA only
+    compile: bool = False  # torch.compile the model (CUDA)
+    score_batches: int = 8  # batches whose gradients the gradient pruners accumulate
+    grid: tuple[float, ...] = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
+    resources: Resources = field(default_factory=Resources)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ExperimentSpec":
+        d = dict(d)
+        sched = dict(d.pop("schedule", {}))
+        sched["silo"] = SiloParams(**sched.get("silo", {}))
+        if "drops" in sched:
+            sched["drops"] = tuple(sched["drops"])
+        return cls(
+            **{k: v for k, v in d.items() if k not in ("optimizer", "resources", "grid")},
+            optimizer=OptimizerSpec(**d.get("optimizer", {})),
+            resources=Resources(**d.get("resources", {})),
+            schedule=ScheduleSpec(**sched),
+            grid=tuple(d.get("grid", ExperimentSpec.grid)),
+        )
+
+    def chain_fingerprint(self) -> str:
+        """What a chained checkpoint must agree on: the network, the data and the pruning."""
+        keys = ("model", "dataset", "pruner", "rate", "weights", "rewind_epoch", "val_fraction",
+                "test_fraction", "num_samples", "split_seed")
+        blob = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def with_schedule(self, **changes: Any) -> "ExperimentSpec":
+        return dataclasses.replace(self, schedule=dataclasses.replace(self.schedule, **changes))
+
+
+def _positive(value: float, name: str) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise SpecError(name, f"must be a positive number, got {value!r}")
+
+
+def _fraction(value: float, name: str, *, closed_low: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and (0 <= value < 1 if closed_low else 0 < value < 1)
+    if not ok:
+        raise SpecError(name, f"must lie in {'[0, 1)' if closed_low else '(0, 1)'}, got {value!r}")
+
+
+def _choice(value: str, allowed: tuple[str, ...] | list[str], name: str) -> None:
+    if value not in allowed:
+        raise SpecError(name, f"unknown {value!r}; allowed: {', '.join(allowed)}")
+
+
+def validate(s: ExperimentSpec) -> None:
+    """Raise SpecError naming the first invalid field."""
+    from trainables.data import DATASETS
+    from trainables.models import MODELS
+    from trainables.pruning import PRUNERS
+
+    _choice(s.model, sorted(MODELS), "model")
+    _choice(s.dataset, sorted(DATASETS), "dataset")
+    _choice(s.pruner, sorted(PRUNERS), "pruner")
+    _fraction(s.rate, "rate")
+    if not isinstance(s.cycles, int) or s.cycles < 0:
+        raise SpecError("cycles", f"must be an integer >= 0, got {s.cycles!r}")
+    for name in ("epochs", "batch_size", "score_batches"):
+        value = getattr(s, name)
+        if not isinstance(value, int) or value < 1:
+            raise SpecError(name.replace("_", "-"), f"must be an integer >= 1, got {value!r}")
+    _choice(s.optimizer.name, OPTIMIZERS, "optimizer")
+    if not 0 <= s.optimizer.momentum < 1:
+        raise SpecError("momentum", f"must lie in [0, 1), got {s.optimizer.momentum!r}")
+    if s.optimizer.weight_decay < 0:
+        raise SpecError("weight-decay", f"must be >= 0, got {s.optimizer.weight_decay!r}")
+    _validate_schedule(s.schedule)
+    _choice(s.weights, WEIGHT_POLICIES, "weights")
+    if not isinstance(s.rewind_epoch, int) or not 0 <= s.rewind_epoch <= s.epochs:
+        raise SpecError("rewind-epoch", f"must be an integer in [0, epochs={s.epochs}], got {s.rewind_epoch!r}")
+    _fraction(s.val_fraction, "val-fraction")
+    _fraction(s.test_fraction, "test-fraction")
+    if s.val_fraction + s.test_fraction >= 1:
+        raise SpecError("val-fraction", "val-fraction + test-fraction must be < 1")
+    if not isinstance(s.num_samples, int) or s.num_samples < 0:
+        raise SpecError("num-samples", f"must be an integer >= 0, got {s.num_samples!r}")
+    _choice(s.device, DEVICES, "device")
+    if not s.grid:
+        raise SpecError("grid", "must hold at least one max_lr")
+    for lr in s.grid:
+        _positive(lr, "grid")
+    r = s.resources
+    if not (r.cpus_per_trial > 0):
+        raise SpecError("cpus-per-trial", f"must be > 0, got {r.cpus_per_trial!r}")
+    if r.gpus_per_trial < 0:
+        raise SpecError("gpus-per-trial", f"must be >= 0, got {r.gpus_per_trial!r}")
+    if not isinstance(r.max_concurrent, int) or r.max_concurrent < 0:
+        raise SpecError("max-concurrent", f"must be an integer >= 0, got {r.max_concurrent!r}")
+
+
+def _validate_schedule(sc: ScheduleSpec) -> None:
+    _choice(sc.name, SCHEDULE_NAMES, "schedule")
+    _fraction(sc.warmup, "warmup", closed_low=True)
+    for d in sc.drops:
+        if not 0 < d <= 1:
+            raise SpecError("drops", f"each drop must lie in (0, 1], got {d!r}")
+    for name in ("decay_length", "cyclical_step", "cosine_length"):
+        _positive(getattr(sc, name), name.replace("_", "-"))
+    _fraction(sc.cyclical_low, "cyclical-low", closed_low=True)
+    validate_silo(sc.silo)
+
+
+def validate_silo(p: SiloParams) -> None:
+    _positive(p.epsilon, "epsilon")
+    if not (math.isfinite(p.delta) and p.delta >= 0):
+        raise SpecError("delta", f"must be >= 0, got {p.delta!r}")
+    if not isinstance(p.q, int) or p.q < 0:
+        raise SpecError("q", f"must be an integer >= 0, got {p.q!r}")
+    _positive(p.beta, "beta")

@@ -1,0 +1,38 @@
+"""The thin Ray Tune adapter: one trial = one `run_cycle`, reported with its checkpoint. The only Ray import
+in `trainables`."""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+from ray import tune
+
+from trainables.cycle import run_cycle
+from trainables.spec import ExperimentSpec
+
+
+def trial_device(spec: ExperimentSpec) -> ExperimentSpec:
+    """Use the GPU Ray assigned (Ray sets CUDA_VISIBLE_DEVICES, so it is cuda:0 here), else the CPU."""
+    use_cuda = bool(ray.get_gpu_ids()) and torch.cuda.is_available()
+    return dataclasses.replace(spec, device="cuda" if use_cuda else "cpu")
+
+
+def cycle_trainable(config: dict[str, Any]) -> None:
+    """Config keys: spec, cycle, max_lr, seed, start_checkpoint (path or URI, or None), key."""
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
+    torch.set_num_threads(max(1, int(cpus)))  # the trial's CPU share, not the whole machine
+    spec = trial_device(config["spec"])
+    start = config.get("start_checkpoint")
+    # A local path is used in place; a cloud URI is downloaded to a temporary folder first.
+    opened = tune.Checkpoint(start).as_directory() if start else nullcontext(None)
+    with opened as start_dir, tempfile.TemporaryDirectory() as work:
+        result = run_cycle(spec, cycle=config["cycle"], max_lr=config["max_lr"], seed=config["seed"],
+                           start_checkpoint=start_dir, checkpoint_dir=Path(work) / "checkpoint")
+        metrics = result.row() | {"key": config.get("key", ""), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                                  "node_id": ray.get_runtime_context().get_node_id()}
+        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(result.checkpoint))
