@@ -86,7 +86,7 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
            if (v := getattr(args, opt[2:].replace("-", "_"), None)) is not None}
     if res:
         changes["resources"] = dataclasses.replace(spec.resources, **res)
-    if getattr(args, "grid", None):
+    if getattr(args, "grid", None):  # validated here, so a bad grid never reaches a run
         changes["grid"] = parse_grid(args.grid)
     return dataclasses.replace(spec, **changes)
 
@@ -225,6 +225,142 @@ def cmd_oracle(args: argparse.Namespace) -> int:
     return 0
 
 
+def _range(text: str | None, name: str, cast=float) -> tuple | None:
+    if text is None:
+        return None
+    try:
+        low, high = (cast(v) for v in text.split(":"))
+    except ValueError:
+        raise SpecError(f"{name}-range", f"expected LO:HI, got {text!r}")
+    return low, high
+
+
+def _search_space(args: argparse.Namespace, spec: ExperimentSpec):
+    from oracle_search.fitter import SearchSpace
+
+    space = SearchSpace.default(spec)
+    changes = {name: r for name, cast in (("epsilon", float), ("delta", float), ("q", int), ("beta", float))
+               if (r := _range(getattr(args, f"{name}_range"), name, cast)) is not None}
+    space = dataclasses.replace(space, **changes)
+    space.validate()
+    return space
+
+
+def _fit_options(args: argparse.Namespace, spec: ExperimentSpec):
+    if args.trials < 1:
+        raise SpecError("trials", f"must be >= 1, got {args.trials}")
+    target = spec.cycles if args.target_cycle is None else args.target_cycle
+    if not 0 <= target <= spec.cycles:
+        raise SpecError("target-cycle", f"must lie in [0, cycles={spec.cycles}], got {target}")
+    return _search_space(args, spec), target
+
+
+def oracle_dense_lr(runner) -> float | None:
+    """The Oracle's best dense max_lr on seed-mean validation accuracy, if an Oracle ran in this --out."""
+    rows = [r for r in runner.ledger.rows() if r.get("method") == "oracle" and r["cycle"] == 0 and not r["diverged"]]
+    by_lr: dict[float, list[float]] = {}
+    for r in rows:
+        by_lr.setdefault(r["max_lr"], []).append(r["val_acc"])
+    if not by_lr:
+        return None
+    return min(by_lr, key=lambda lr: (-sum(by_lr[lr]) / len(by_lr[lr]), lr))
+
+
+def trial_slots(runner, seeds: int) -> int:
+    """How many Optuna trials to run at once: the cluster's trial slots shared among the seeds."""
+    import ray
+
+    from oracle_search.engine import connect
+
+    connect(runner.address)
+    res, total = runner.spec.resources, ray.cluster_resources()
+    slots = int(total.get("CPU", 1) // res.cpus_per_trial)
+    if res.gpus_per_trial > 0:
+        slots = min(slots, int(total.get("GPU", 0) // res.gpus_per_trial))
+    if res.max_concurrent:
+        slots = min(slots, res.max_concurrent)
+    return max(1, slots // seeds)
+
+
+def _fit(args: argparse.Namespace, runner, seeds: list[int], space, target: int):
+    from oracle_search.fitter import fit_silo
+
+    return fit_silo(runner, seeds, args.trials, space, args.study_storage, trial_slots(runner, len(seeds)),
+                    target, oracle_dense_lr(runner))
+
+
+def cmd_fit_silo(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    seeds = _seeds(args, spec)
+    space, target = _fit_options(args, spec)
+    check_inputs(spec)
+    with _runner(args, spec) as runner:
+        _fit(args, runner, seeds, space, target)
+        runner.write_results()
+    return 0
+
+
+def _fitted_params(args: argparse.Namespace, runner):
+    """SILO's fitted parameters from this --out's study, else the preset's, said plainly."""
+    from oracle_search.fitter import best_params, open_study
+
+    study = open_study(runner.out, runner.spec, args.study_storage)
+    if any(t.state == optuna_complete() for t in study.trials):
+        return best_params(study)
+    runner.progress.say("baselines: no fitted SILO study in this --out; SILO uses the preset's parameters")
+    return runner.spec.schedule.silo
+
+
+def optuna_complete():
+    import optuna
+
+    return optuna.trial.TrialState.COMPLETE
+
+
+def cmd_baselines(args: argparse.Namespace) -> int:
+    from oracle_search.baselines import run_baselines
+
+    spec = spec_from_args(args)
+    seeds = _seeds(args, spec)
+    check_inputs(spec)
+    with _runner(args, spec) as runner:
+        run_baselines(runner, seeds, list(spec.grid), _fitted_params(args, runner))
+        runner.write_results()
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Oracle, then the SILO fitter, then the baselines, then the report: one resumable run on one --out."""
+    from analysis.report import write_report
+    from oracle_search.baselines import run_baselines
+    from oracle_search.fitter import best_params
+    from oracle_search.oracle import oracle_table, run_oracle
+
+    spec = spec_from_args(args)
+    seeds = _seeds(args, spec)
+    space, target = _fit_options(args, spec)
+    if args.refine < 0:
+        raise SpecError("refine", f"must be >= 0, got {args.refine}")
+    check_inputs(spec)
+    with _runner(args, spec) as runner:
+        say = runner.progress.say
+        say(f"compare: {spec.preset}, {spec.cycles + 1} cycles, {len(seeds)} seed(s) -> {runner.out}")
+        say("== 1/4 Oracle ==")
+        chosen = run_oracle(runner, seeds, list(spec.grid), refine=args.refine)
+        say("== 2/4 SILO fitter ==")
+        study = _fit(args, runner, seeds, space, target)
+        runner.write_results()
+        say("== 3/4 baselines ==")
+        run_baselines(runner, seeds, list(spec.grid), best_params(study))
+        runner.write_results()
+    say("== 4/4 report ==")
+    paths = write_report(runner.out)
+    print("\nOracle table\n" + oracle_table(chosen))
+    print(f"\nreport: {runner.out / 'report.md'} and {runner.out / 'report.html'}")
+    print(f"results: {runner.out / 'results.parquet'} (and results.csv); {len(paths)} files written")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from analysis.report import write_report
 
@@ -269,6 +405,42 @@ def build_parser() -> Parser:
     c.add_argument("--seeds", type=int, default=1, help="number of seeds")
     c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
     c.set_defaults(run=cmd_oracle)
+
+    def fit_options(c: argparse.ArgumentParser, trials: int) -> None:
+        f = c.add_argument_group("SILO fitter")
+        f.add_argument("--trials", type=int, default=trials, help=f"Optuna trials the study should hold "
+                       f"(default {trials}); rerun with a larger number to add trials")
+        f.add_argument("--study-storage", help="Optuna storage URL (PostgreSQL on clusters); default: a journal "
+                       "file under --out")
+        f.add_argument("--target-cycle", type=int, help="cycle whose validation accuracy is the objective "
+                       "(default: the last)")
+        f.add_argument("--epsilon-range", help="LO:HI (log scale; default: the grid's range)")
+        f.add_argument("--delta-range", help="LO:HI (default 0:max of the grid)")
+        f.add_argument("--q-range", help="LO:HI integers (default 0:3)")
+        f.add_argument("--beta-range", help="LO:HI (default 3:6)")
+
+    c = sub.add_parser("fit-silo", help="fit SILO's (epsilon, delta, q, beta) with Optuna")
+    add_spec_options(c, cluster=True)
+    fit_options(c, 12)
+    c.add_argument("--seeds", type=int, default=1, help="seeds per trial (the objective is their mean)")
+    c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
+    c.set_defaults(run=cmd_fit_silo)
+
+    c = sub.add_parser("baselines", help="tune and run the benchmark schedules and the fitted SILO")
+    add_spec_options(c, cluster=True)
+    c.add_argument("--seeds", type=int, default=1, help="number of seeds")
+    c.add_argument("--study-storage", help="the fitter's Optuna storage URL (default: the journal under --out)")
+    c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
+    c.set_defaults(run=cmd_baselines)
+
+    c = sub.add_parser("compare", help="the main job: Oracle, SILO fitter, baselines, then the report")
+    add_spec_options(c, cluster=True)
+    c.add_argument("--grid", help="Oracle max_lr values (default: the preset's grid)")
+    c.add_argument("--refine", type=int, default=0, help="N extra linear Oracle values around each coarse best")
+    c.add_argument("--seeds", type=int, default=1, help="number of seeds")
+    fit_options(c, 8)
+    c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
+    c.set_defaults(run=cmd_compare)
 
     c = sub.add_parser("report", help="write DIR/report.md and DIR/report.html from DIR's results")
     c.add_argument("dir", metavar="DIR")

@@ -152,7 +152,7 @@ def synthetic(spec: "ExperimentSpec") -> TensorData:
     n = spec.num_samples or 1200
     centers = rng.normal(0, 1.0, (10, 32))
     y = rng.integers(0, 10, n)
-    x = centers[y] + rng.normal(0, 0.8, (n, 32))
+    x = centers[y] + rng.normal(0, 1.6, (n, 32))
     return _split(x.astype(np.float32), y, spec, None, 10)
 
 

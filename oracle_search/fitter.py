@@ -1,0 +1,158 @@
+"""The SILO fitter: an Optuna study over (epsilon, delta, q, beta), driven by ask/tell so each cycle's
+validation accuracy is an intermediate value and clearly bad parameter sets stop early (Ray's OptunaSearch
+would ignore Optuna's pruner). Each Optuna trial's cycles run as Tune trials; several Optuna trials run at once.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from oracle_search.engine import Runner, Trial
+from trainables.schedules import SiloParams
+from trainables.spec import ExperimentSpec, SpecError
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Ranges of the fitter; the paper advises q in [0, 3] and beta in [3, 6]."""
+
+    epsilon: tuple[float, float]
+    delta: tuple[float, float]
+    q: tuple[int, int] = (0, 3)
+    beta: tuple[float, float] = (3.0, 6.0)
+
+    @classmethod
+    def default(cls, spec: ExperimentSpec) -> "SearchSpace":
+        return cls(epsilon=(min(spec.grid), max(spec.grid)), delta=(0.0, max(spec.grid)))
+
+    def validate(self) -> None:
+        for name in ("epsilon", "delta", "q", "beta"):
+            low, high = getattr(self, name)
+            if not low <= high:
+                raise SpecError(f"{name}-range", f"needs LO <= HI, got {low}:{high}")
+        if self.epsilon[0] <= 0:
+            raise SpecError("epsilon-range", "must be positive (it is searched on a log scale)")
+        if self.delta[0] < 0 or self.q[0] < 0 or self.beta[0] <= 0:
+            raise SpecError("delta-range", "delta and q must be >= 0 and beta > 0")
+
+
+def default_storage(out: Path) -> optuna.storages.BaseStorage:
+    """A file-backed journal under --out: safe for parallel workers on one host (SQLite is not)."""
+    from optuna.storages.journal import JournalFileBackend
+
+    return optuna.storages.JournalStorage(JournalFileBackend(str(out / "optuna-journal.log")))
+
+
+def open_study(out: Path, spec: ExperimentSpec, storage_url: str | None) -> optuna.Study:
+    storage = storage_url or default_storage(out)
+    return optuna.create_study(
+        study_name=f"silo-{spec.preset}", storage=storage, direction="maximize", load_if_exists=True,
+        sampler=optuna.samplers.TPESampler(seed=spec.seed),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0))
+
+
+def suggest(trial: optuna.Trial, space: SearchSpace) -> SiloParams:
+    return SiloParams(
+        epsilon=trial.suggest_float("epsilon", *space.epsilon, log=True),
+        delta=trial.suggest_float("delta", *space.delta),
+        q=trial.suggest_int("q", *space.q),
+        beta=trial.suggest_float("beta", *space.beta))
+
+
+def recommended_start(spec: ExperimentSpec, oracle_dense_lr: float | None) -> dict[str, float]:
+    """The paper's advice as the first trial: q=1, beta=5, epsilon = the Oracle's best dense max_lr."""
+    return {"epsilon": oracle_dense_lr or spec.schedule.silo.epsilon, "delta": spec.schedule.silo.delta,
+            "q": 1, "beta": 5.0}
+
+
+def silo_spec(spec: ExperimentSpec, params: SiloParams) -> ExperimentSpec:
+    return spec.with_schedule(name="silo", silo=params)
+
+
+def silo_tags(params: SiloParams, stage: str, **extra) -> dict:
+    return {"method": "silo", "stage": stage, "schedule": "silo", **dataclasses.asdict(params), **extra}
+
+
+@dataclass
+class Running:
+    """An Optuna trial in flight: its parameters and each seed's latest checkpoint."""
+
+    trial: optuna.Trial
+    params: SiloParams
+    starts: dict[int, str | None]
+    keys: list[str]
+
+
+def fit_silo(runner: Runner, seeds: list[int], n_trials: int, space: SearchSpace, storage_url: str | None,
+             parallel: int, target_cycle: int | None = None, oracle_dense_lr: float | None = None) -> optuna.Study:
+    """Run the study until it holds `n_trials` finished (complete or pruned) trials; returns the study."""
+    spec, say = runner.spec, runner.progress.say
+    target = spec.cycles if target_cycle is None else target_cycle
+    study = open_study(runner.out, spec, storage_url)
+    if not study.trials:
+        study.enqueue_trial(recommended_start(spec, oracle_dense_lr))
+    finished = lambda: sum(t.state.is_finished() for t in study.trials)  # noqa: E731
+    # Trials left RUNNING by a killed driver continue with their stored parameters; their finished cycles are
+    # in the ledger and are not retrained.
+    resumed = [optuna.trial.Trial(study, t._trial_id) for t in study.get_trials(
+        deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
+    say(f"fit-silo: study {study.study_name}: {finished()} of {n_trials} trials finished"
+        + (f", resuming {len(resumed)}" if resumed else ""))
+    while resumed or finished() < n_trials:
+        batch = resumed[:parallel] or [study.ask() for _ in range(min(parallel, n_trials - finished()))]
+        resumed = resumed[len(batch):]
+        running = [Running(t, suggest(t, space), {s: None for s in seeds}, []) for t in batch]
+        _run_batch(runner, study, running, seeds, target)
+    best = study.best_trial
+    say(f"fit-silo: best trial {best.number}: val {best.value:.2f} at cycle {target} with "
+        + ", ".join(f"{k}={v:.4g}" for k, v in best.params.items()))
+    return study
+
+
+def _run_batch(runner: Runner, study: optuna.Study, running: list[Running], seeds: list[int], target: int) -> None:
+    """Advance a batch of Optuna trials cycle by cycle, pruning the clearly bad ones after each cycle."""
+    spec = runner.spec
+    for cycle in range(target + 1):
+        trials = [Trial(key=f"silo-fit-t{r.trial.number:04d}-c{cycle:02d}-s{seed}",
+                        spec=silo_spec(spec, r.params), cycle=cycle, max_lr=None, seed=seed,
+                        start_checkpoint=r.starts[seed],
+                        tags=silo_tags(r.params, "fit", study_trial=r.trial.number, selected=True))
+                  for r in running for seed in seeds]
+        rows = runner.run(trials)
+        still = []
+        for r in running:
+            mine = [rows[t.key] for t in trials if t.key.startswith(f"silo-fit-t{r.trial.number:04d}-")]
+            r.keys += [row["key"] for row in mine]
+            r.starts = {row["seed"]: row["checkpoint"] for row in mine}
+            value = sum(row["val_acc"] for row in mine) / len(mine)
+            if any(row["diverged"] for row in mine):
+                _mark_pruned(runner, r)
+                study.tell(r.trial, state=optuna.trial.TrialState.PRUNED)
+                continue
+            r.trial.report(value, step=cycle)
+            if cycle == target:
+                study.tell(r.trial, value)
+            elif r.trial.should_prune():
+                _mark_pruned(runner, r)
+                study.tell(r.trial, state=optuna.trial.TrialState.PRUNED)
+                runner.progress.say(f"  fit-silo trial {r.trial.number} pruned after cycle {cycle} "
+                                    f"(val {value:.1f})")
+            else:
+                still.append(r)
+        running = still
+        if not running:
+            return
+
+
+def _mark_pruned(runner: Runner, r: Running) -> None:
+    for key in r.keys:
+        row = runner.ledger.get(key)
+        runner.ledger.record(row | {"pruned": True})
+
+
+def best_params(study: optuna.Study) -> SiloParams:
+    p = study.best_trial.params
+    return SiloParams(epsilon=p["epsilon"], delta=p["delta"], q=int(p["q"]), beta=p["beta"])
