@@ -34,6 +34,10 @@ class Section:
     notes: list[str] = field(default_factory=list)
 
 
+# Theorem 1's d: the width of a layer's input; for the MLPs, the dataset's input size.
+INPUT_DIMS = {"mnist1d": 40, "digits": 64, "synthetic": 32, "cifar10": 3 * 32 * 32, "cifar100": 3 * 32 * 32}
+
+
 def _oracle_section(df: pd.DataFrame, spec: dict | None, tol: float) -> Section:
     section = Section("Oracle max_lr and interval (paper §5.3)")
     pooled, silo = pooled_intervals(df, tol), silo_params(df)
@@ -45,7 +49,7 @@ def _oracle_section(df: pd.DataFrame, spec: dict | None, tol: float) -> Section:
     if silo is None:
         section.notes.append("No SILO rows: SILO's max_lr left out.")
     if section.tables or silo is not None:
-        d = int((spec or {}).get("input_dim", 40))
+        d = INPUT_DIMS.get((spec or {}).get("dataset"), 40)
         png = figures.max_lr_figure(pooled, seed_intervals(df, tol), silo, pruning_rate(df, spec),
                                     int(df["cycle"].max()), {**THEORY, "d": d})
         section.plots.append(Plot("max_lr", "max_lr against density: Oracle, SILO and the theory curve "

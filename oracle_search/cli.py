@@ -181,7 +181,8 @@ def cmd_cycle(args: argparse.Namespace) -> int:
                           "schedule": spec.schedule.name, "selected": True, "trial_id": "", "pruned": False}
     row |= _silo_fields(spec)
     if args.json:
-        print(json.dumps(row))
+        # NaN is not JSON: a field that does not apply (e.g. epsilon off SILO) prints as null.
+        print(json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}))
     else:
         print(f"cycle {row['cycle']} density {row['density']:.2f}% max_lr {row['max_lr']:.4g}: "
               f"val {row['val_acc']:.2f}% test {row['test_acc']:.2f}% (best epoch {row['best_epoch']}/"
@@ -453,7 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return args.run(args)
     except (InvalidInput, SpecError, DataError, CheckpointError) as err:
-        print(f"oracle-search: error: {err}", file=sys.stderr)
+        message = f"{err.field}: {err}" if isinstance(err, CheckpointError) else err  # it names only the file
+        print(f"oracle-search: error: {message}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:
         print("oracle-search: interrupted; rerun the same command to resume", file=sys.stderr)

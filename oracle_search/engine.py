@@ -68,11 +68,12 @@ class Ledger:
 
 def connect(address: str | None) -> None:
     """Join the cluster at `address`, or start a local Ray sized to this machine with its dashboard off."""
-    if ray.is_initialized():
-        return
+    # Read by Tune in this process at fit time, so set them even when the caller already started Ray.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no status tables
     # Tune lets a searcher keep only one trial pending by default, which serialises trial starts.
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(max(2, os.cpu_count() or 1)))
+    if ray.is_initialized():
+        return
     if address:
         ray.init(address=address, logging_level="WARNING", log_to_driver=False)
         return
@@ -92,12 +93,12 @@ def checkpoint_uri(checkpoint: tune.Checkpoint, storage: str) -> str:
 class Progress:
     """One line per finished trial instead of Ray's tables."""
 
-    def __init__(self, stream=sys.stdout):
-        self.stream = stream
+    def __init__(self, stream=None):
+        self.stream = stream  # None: whatever sys.stdout is when a line is printed
         self.started = time.monotonic()
 
     def say(self, line: str) -> None:
-        print(line, file=self.stream, flush=True)
+        print(line, file=self.stream or sys.stdout, flush=True)
 
     def trial(self, row: dict) -> None:
         tag = f"{row.get('method', '?')}/{row.get('stage', '?')}"
@@ -160,6 +161,12 @@ class TrialQueue(Searcher):
             return Searcher.FINISHED if self.closed else None
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        pass
+
+    def save(self, checkpoint_path: str) -> None:  # the ledger, not Tune's experiment state, resumes runs
+        pass
+
+    def restore(self, checkpoint_path: str) -> None:
         pass
 
     # Tune pickles its searcher and callbacks for `Tuner.restore`, which we never use (the ledger resumes).

@@ -1,0 +1,196 @@
+"""The command line: SILO rows of the paper's Oracle tables, the cycle command's row, and bad input -> exit 2."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from oracle_search.cli import main
+from trainables.checkpoints import STATE_FILE, load_checkpoint
+
+ROW_KEYS = {"experiment", "method", "schedule", "seed", "cycle", "density", "max_lr", "val_acc", "test_acc",
+            "best_epoch", "epochs", "seconds", "device", "grad_std", "act_std", "diverged", "selected", "trial_id",
+            "checkpoint", "epsilon", "delta", "q", "beta"}
+
+
+def strict_json(text: str):
+    """Parse as RFC 8259 JSON: NaN and Infinity are not JSON."""
+    def reject(constant: str):
+        raise ValueError(f"not JSON: {constant}")
+    return json.loads(text, parse_constant=reject)
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def silo_curve(capsys, epsilon: float, delta: float, q: int = 1, beta: float = 5.0, cycles: int = 13) -> list[dict]:
+    code, out, _ = run(capsys, "silo-curve", "--epsilon", str(epsilon), "--delta", str(delta), "--q", str(q),
+                       "--beta", str(beta), "--rate", "0.2", "--cycles", str(cycles), "--json")
+    assert code == 0
+    return strict_json(out)
+
+
+def nearest_cycle(rows: list[dict], lam: float) -> dict:
+    return min(rows, key=lambda r: abs(r["density"] - lam))
+
+
+# (lambda, SILO max_lr in hundredths as printed) from the paper's two Oracle tables.
+VGG19 = [(100, "4"), (51.3, "4.32"), (32.9, "9.2"), (21.1, "9.9"), (5.72, "9.99")]
+RESNET20 = [(100, "3"), (51.3, "3.2"), (41.1, "4.7"), (32.9, "6.4"), (21.1, "6.9")]
+
+
+@pytest.mark.parametrize("epsilon, delta, table", [(0.04, 0.06, VGG19), (0.03, 0.04, RESNET20)],
+                         ids=["vgg19", "resnet20"])
+def test_silo_curve_reproduces_the_papers_silo_rows(capsys, epsilon, delta, table):
+    rows = silo_curve(capsys, epsilon, delta)
+    assert [r["cycle"] for r in rows] == list(range(14))
+    for lam, printed in table:
+        row = nearest_cycle(rows, lam)
+        assert row["density"] == pytest.approx(100 * 0.8 ** row["cycle"])
+        computed = 100 * row["max_lr"]  # in hundredths, as the tables are
+        decimals = len(printed.split(".")[1]) if "." in printed else 0
+        # The paper rounds inconsistently (9.17 -> 9.2 but 9.966 -> 9.9 and 6.978 -> 6.9), so allow one unit
+        # of the last printed digit rather than exact rounding.
+        assert abs(computed - float(printed)) <= 10 ** -decimals + 1e-9, (lam, computed, printed)
+
+
+def test_silo_curve_exact_algorithm_1_values(capsys):
+    rows = silo_curve(capsys, 0.04, 0.06, q=2, cycles=4)
+    assert [r["max_lr"] for r in rows[:3]] == [0.04, 0.04, 0.04]  # m <= q: epsilon exactly
+    # By hand, m = 3, q = 2: gamma = 1 - 0.8 = 0.2, gamma / (1 - gamma) = 1/4, (1/4)^-5 = 1024,
+    # so max_lr = 0.04 + 0.06 / 1025.
+    assert rows[3]["max_lr"] == pytest.approx(0.04 + 0.06 / 1025, rel=1e-12)
+    # m = 4, q = 2: gamma = 0.36, ratio 9/16, (9/16)^-5 = 1048576 / 59049.
+    assert rows[4]["max_lr"] == pytest.approx(0.04 + 0.06 * 59049 / 1107625, rel=1e-12)
+
+
+def test_silo_curve_table(capsys):
+    code, out, _ = run(capsys, "silo-curve", "--epsilon", "0.04", "--delta", "0.06", "--q", "1", "--beta", "5",
+                       "--rate", "0.2", "--cycles", "3")
+    assert code == 0
+    assert out.splitlines()[-1].split() == ["3", "51.20", "0.04320"]
+
+
+def test_presets_lists_the_embedded_ones(capsys):
+    code, out, _ = run(capsys, "presets")
+    assert code == 0
+    names = {line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")}
+    assert {"mnist1d-mlp", "digits-mlp", "tiny"} <= names
+
+
+def test_cycle_json_row_and_chain(capsys, tmp_path):
+    code, out, err = run(capsys, "cycle", "--preset", "tiny", "--max-lr", "0.1", "--cycle", "0",
+                         "--out", str(tmp_path / "run"), "--json")
+    assert code == 0, err
+    assert len(out.strip().splitlines()) == 1
+    row = strict_json(out)
+    assert isinstance(row, dict) and ROW_KEYS <= row.keys()
+    assert row["cycle"] == 0 and row["density"] == 100.0 and row["max_lr"] == 0.1 and row["selected"] is True
+    assert Path(row["checkpoint"]).is_dir() and Path(row["checkpoint"]).parent == tmp_path / "run"
+    assert load_checkpoint(row["checkpoint"])["cycle"] == 0
+
+    code, out, err = run(capsys, "cycle", "--preset", "tiny", "--max-lr", "0.1", "--cycle", "1",
+                         "--start", row["checkpoint"], "--out", str(tmp_path / "run"), "--json")
+    assert code == 0, err
+    chained = strict_json(out)
+    assert chained["density"] == pytest.approx(80.0, abs=0.1) and Path(chained["checkpoint"]).is_dir()
+    assert row["method"] == row["schedule"] == "warmup" and row["epsilon"] is None  # not SILO: no curve
+
+
+def test_cycle_json_silo_row_carries_its_curve(capsys, tmp_path):
+    code, out, err = run(capsys, "cycle", "--preset", "tiny", "--schedule", "silo", "--max-lr", "0.3",
+                         "--cycle", "0", "--out", str(tmp_path / "run"), "--json")
+    assert code == 0, err
+    row = strict_json(out)
+    assert row["method"] == "silo" and (row["epsilon"], row["delta"], row["q"], row["beta"]) == (0.05, 0.1, 1, 5.0)
+    assert row["max_lr"] == 0.05  # cycle 0 <= q: epsilon, whatever --max-lr says
+
+
+@pytest.fixture(scope="module")
+def corrupt_start(tmp_path_factory) -> str:
+    """A real cycle-0 checkpoint written by `cycle`, with one byte of its state flipped."""
+    out = tmp_path_factory.mktemp("start")
+    assert main(["cycle", "--preset", "tiny", "--max-lr", "0.1", "--cycle", "0", "--out", str(out)]) == 0
+    (ckpt,) = [p for p in out.iterdir() if p.is_dir()]
+    state = ckpt / STATE_FILE
+    blob = bytearray(state.read_bytes())
+    blob[len(blob) // 3] ^= 0xFF
+    state.write_bytes(bytes(blob))
+    return str(ckpt)
+
+
+CYCLE = ["cycle", "--preset", "tiny", "--cycle", "0", "--max-lr", "0.1"]
+SILO = ["silo-curve", "--epsilon", "0.04", "--delta", "0.06", "--q", "1", "--beta", "5", "--rate", "0.2",
+        "--cycles", "5"]
+
+
+def replace(argv: list[str], option: str, value: str) -> list[str]:
+    i = argv.index(option)
+    return argv[:i + 1] + [value] + argv[i + 2:]
+
+
+BAD_INPUTS = {  # id: (argv without --out, text the message must name)
+    "max-lr-zero": (replace(CYCLE, "--max-lr", "0"), "max-lr"),
+    "max-lr-negative": (replace(CYCLE, "--max-lr", "-0.1"), "max-lr"),
+    "epochs-zero": (CYCLE + ["--epochs", "0"], "epochs"),
+    "rate-above-one": (CYCLE + ["--rate", "1.5"], "rate"),
+    "silo-q-negative": (replace(SILO, "--q", "-1"), "q"),
+    "silo-beta-zero": (replace(SILO, "--beta", "0"), "beta"),
+    "unknown-model": (CYCLE + ["--model", "transformer9000"], "model"),
+    "unknown-pruner": (CYCLE + ["--pruner", "snip"], "pruner"),
+    "unknown-dataset": (CYCLE + ["--dataset", "mnist"], "dataset"),
+    "unknown-schedule": (CYCLE + ["--schedule", "step"], "--schedule"),
+    "unknown-optimizer": (CYCLE + ["--optimizer", "lbfgs"], "optimizer"),
+    "cifar-missing-folder": (CYCLE + ["--dataset", "cifar10", "--data-dir", "/nonexistent/cifar"], "data-dir"),
+    "cycle-1-without-start": (replace(CYCLE, "--cycle", "1"), "start"),
+    "cycle-beyond-cycles": (replace(CYCLE, "--cycle", "7"), "cycle"),
+    "start-missing": (replace(CYCLE, "--cycle", "1") + ["--start", "/nonexistent/ckpt"], "start"),
+    "unknown-preset": (replace(CYCLE, "--preset", "alexnet-mnist"), "preset"),
+    "max-lr-not-a-number": (replace(CYCLE, "--max-lr", "fast"), "--max-lr"),
+    "oracle-grid-negative": (["oracle", "--preset", "tiny", "--grid", "0.1,-0.2"], "grid"),
+    "oracle-grid-log-reversed": (["oracle", "--preset", "tiny", "--grid", "log:1:0.01:4"], "grid"),
+    "oracle-grid-garbage": (["oracle", "--preset", "tiny", "--grid", "lots"], "grid"),
+    "oracle-seeds-zero": (["oracle", "--preset", "tiny", "--seeds", "0"], "seeds"),
+    "oracle-unknown-preset": (["oracle", "--preset", "nope"], "preset"),
+}
+
+
+@pytest.mark.parametrize("argv, field", BAD_INPUTS.values(), ids=BAD_INPUTS.keys())
+def test_bad_input_exits_2_naming_the_field_and_writes_nothing(capsys, tmp_path, argv, field):
+    out = tmp_path / "out"
+    code, stdout, err = run(capsys, *argv, *(["--out", str(out)] if argv[0] != "silo-curve" else []))
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("oracle-search: error: "), err
+    assert field in lines[0]
+    assert stdout == "" and not out.exists()
+
+
+def test_corrupt_start_exits_2_naming_start_and_the_file(capsys, tmp_path, corrupt_start):
+    out = tmp_path / "out"
+    code, stdout, err = run(capsys, *replace(CYCLE, "--cycle", "1"), "--start", corrupt_start, "--out", str(out))
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("oracle-search: error: start: "), err
+    assert str(Path(corrupt_start) / STATE_FILE) in lines[0]
+    assert stdout == "" and not out.exists()
+
+
+def test_start_from_another_experiment_exits_2(capsys, tmp_path):
+    first = tmp_path / "first"
+    assert main([*CYCLE, "--out", str(first)]) == 0
+    (ckpt,) = [p for p in first.iterdir() if p.is_dir()]
+    out = tmp_path / "out"
+    code, _, err = run(capsys, *replace(CYCLE, "--cycle", "1"), "--rate", "0.5", "--start", str(ckpt),
+                       "--out", str(out))
+    assert code == 2 and err.startswith("oracle-search: error: start: ") and "different experiment" in err
+    assert not out.exists()
+
+
+def test_report_without_results_exits_2(capsys, tmp_path):
+    code, _, err = run(capsys, "report", str(tmp_path))
+    assert code == 2 and "DIR" in err and not (tmp_path / "report.md").exists()
