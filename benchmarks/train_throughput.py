@@ -2,7 +2,8 @@
 DataLoader path, measured in one run on synthetic random 32x32 images (throughput does not depend on content).
 
 Both paths run the project's training step (masked SGD; bf16 autocast and channels_last on CUDA), so the ratio
-isolates the data path. Usage: python benchmarks/train_throughput.py [--models resnet20,alexnet] [--device cuda]
+isolates the data path. Usage (repo root; the package installed, or PYTHONPATH=.):
+    python benchmarks/train_throughput.py [--models resnet20,alexnet] [--device cuda] [--compile]
 """
 from __future__ import annotations
 
@@ -40,12 +41,13 @@ class FakeCIFAR(torch.utils.data.Dataset):
 
 
 def resident_batches(images: np.ndarray, labels: np.ndarray, batch_size: int, device: torch.device) -> Batches:
-    """TensorData on the device with on-device crop+flip, epoch after epoch."""
+    """TensorData on the device with on-device crop+flip, epoch after epoch; full batches only, like the
+    DataLoader's drop_last (a new batch shape would re-run cuDNN autotuning or torch.compile in the timed steps)."""
     x = (torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255 - torch.from_numpy(CIFAR_MEAN)) / torch.from_numpy(CIFAR_STD)
     data = TensorData({"train": x}, {"train": torch.from_numpy(labels)}, 10, augment=True).to(device)
     generator = torch.Generator().manual_seed(0)
     while True:
-        yield from data.batches("train", batch_size, generator)
+        yield from ((x, y) for x, y in data.batches("train", batch_size, generator) if len(y) == batch_size)
 
 
 def loader_batches(images: np.ndarray, labels: np.ndarray, batch_size: int, device: torch.device,

@@ -84,6 +84,13 @@ def connect(address: str | None) -> None:
              include_dashboard=False, logging_level="WARNING", log_to_driver=False)
 
 
+def last_error_line(trial) -> str:
+    """The exception line of a failed Tune trial's latest error (Tune appends each error to its error file)."""
+    path = trial.error_file
+    lines = Path(path).read_text().strip().splitlines() if path and os.path.exists(path) else []
+    return lines[-1].strip() if lines else "no error recorded"
+
+
 def checkpoint_uri(checkpoint: tune.Checkpoint, storage: str) -> str:
     if "://" in storage:
         return f"{storage.split('://', 1)[0]}://{checkpoint.path}"
@@ -215,7 +222,7 @@ class Runner:
         self._thread: threading.Thread | None = None
         self._done = threading.Condition()
         self._finished: dict[str, dict] = {}
-        self._failed: set[str] = set()
+        self._failed: dict[str, str] = {}  # key -> the last line of its error
         self._by_key: dict[str, Trial] = {}
         self._tune_error: BaseException | None = None
 
@@ -243,8 +250,9 @@ class Runner:
         missing = [t.key for t in trials if t.key not in rows]
         if missing:
             cause = f" ({self._tune_error})" if self._tune_error else ""
+            first = missing[0] + (f": {self._failed[missing[0]]}" if missing[0] in self._failed else "")
             raise RunFailed(f"{len(missing)} trial(s) failed after {self.max_failures} retries{cause} "
-                            f"(first: {missing[0]}); finished trials are kept, rerun the command to resume")
+                            f"(first: {first}); finished trials are kept, rerun the command to resume")
         return rows
 
     def close(self) -> None:
@@ -271,7 +279,7 @@ class Runner:
 
     def _fail(self, trial) -> None:
         with self._done:
-            self._failed.add(trial.config["trial"]["key"])
+            self._failed[trial.config["trial"]["key"]] = last_error_line(trial)
             self._done.notify_all()
 
     def _start(self) -> None:

@@ -182,4 +182,4 @@ def test_oracle_spreads_over_two_nodes_and_chains_through_shared_storage(cluster
     cycle0, cycle1 = chosen[0]
     assert cycle0.row["checkpoint_hash"]
     assert {r["start_hash"] for r in rows if r["cycle"] == 1} == {cycle0.row["checkpoint_hash"]}
-    assert cycle1.row["density"] == pytest.approx(80.0)
+    assert cycle1.row["density"] == pytest.approx(80.0, abs=0.1)  # one cycle pruned 20 %

@@ -1,11 +1,12 @@
 """The paper's six presets: their recipes match the Appendix tables, and each runs a dense and a pruned cycle on a
 tiny fake copy of its dataset in the real on-disk format (CIFAR python pickles, an ImageNet ImageFolder)."""
 import dataclasses
-import pickle
 import math
+import pickle
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from trainables.presets import PRESETS  # before paper_presets: presets.py registers them on import
@@ -116,8 +117,6 @@ def test_imagenet_splits_and_batches(data_root):
     assert (data.num_classes, data.input_shape) == (2, (3, 224, 224))
     assert (data.size("train"), data.size("val"), data.size("test")) == (4, 2, 6)
     assert not set(data.samples["train"]) & set(data.samples["val"])
-    import torch
-
     shuffled = list(data.to("cpu").batches("train", 3, torch.Generator().manual_seed(0)))
     assert [tuple(x.shape) for x, _ in shuffled] == [(3, 3, 224, 224), (1, 3, 224, 224)]
     x, y = next(data.batches("test", 6))

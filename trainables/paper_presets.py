@@ -8,9 +8,8 @@ paper's range 1e-4 .. 1e-1 (§5 (3)). `data_dir` is left to `--data-dir`.
 """
 from __future__ import annotations
 
-from trainables.presets import Preset
 from trainables.schedules import ScheduleSpec, SiloParams
-from trainables.spec import ExperimentSpec, OptimizerSpec
+from trainables.spec import ExperimentSpec, OptimizerSpec, Preset
 
 CIFAR_TRAIN = 45_000  # CIFAR's 50,000 training images less a 10 % validation split
 IMAGENET_TRAIN = 1_268_355  # ImageNet-1k's 1,281,167 training images less a 1 % validation split

@@ -67,6 +67,8 @@ def gradient_scores(model: nn.Module, masks: Masks, batches: Batches) -> dict[st
     params = prunable(model)
     grads = {name: torch.zeros_like(p) for name, p in params.items()}
     was_training = model.training
+    # Scoring must not move BatchNorm's running statistics: those belong to the trained network.
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
     model.train()
     for x, y in batches():
         model.zero_grad(set_to_none=True)
@@ -75,6 +77,9 @@ def gradient_scores(model: nn.Module, masks: Masks, batches: Batches) -> dict[st
             grads[name] += p.grad.detach()
     model.zero_grad(set_to_none=True)
     model.train(was_training)
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            b.copy_(buffers[name])
     return {name: (p.detach() * grads[name]).abs() for name, p in params.items()}
 
 

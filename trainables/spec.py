@@ -100,6 +100,14 @@ class ExperimentSpec:
         return dataclasses.replace(self, schedule=dataclasses.replace(self.schedule, **changes))
 
 
+@dataclass(frozen=True)
+class Preset:
+    """A named ExperimentSpec plus where its recipe comes from."""
+
+    spec: ExperimentSpec
+    source: str
+
+
 def _positive(value: float, name: str) -> None:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
         raise SpecError(name, f"must be a positive number, got {value!r}")

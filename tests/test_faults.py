@@ -1,0 +1,172 @@
+"""Faults mid-cycle: a worker node lost while its trials run, the driver SIGKILLed, a chained checkpoint corrupted
+on disk. Each must end in a complete run or a clear error naming what broke, never silently wrong results."""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+import ray
+from ray import cloudpickle
+from ray.cluster_utils import Cluster
+
+from oracle_search.engine import Ledger, Progress, Runner, Trial
+from trainables.presets import PRESETS
+from trainables.spec import Resources
+from trainables.tune_adapter import cycle_trainable
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this test module
+
+CLI = str(Path(sys.executable).parent / "oracle-search")
+TINY = PRESETS["tiny"].spec
+
+
+# --- a worker node lost mid-cycle --------------------------------------------------------------------------------
+
+def stalls_on(doomed_node: str, log_dir: Path) -> Callable[[dict], None]:
+    """A trainable that logs where each attempt starts, and on `doomed_node` stalls until that node is removed."""
+
+    def trainable(config: dict) -> None:
+        node = ray.get_runtime_context().get_node_id()
+        (log_dir / f"{config['key']}@{node}.{time.monotonic_ns()}").touch()
+        if node == doomed_node:
+            time.sleep(600)
+        cycle_trainable(config)
+
+    return trainable
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    ray.shutdown()  # the Runner joins whatever Ray this process is connected to
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+@pytest.mark.slow
+def test_trials_of_a_lost_node_are_retried_elsewhere(cluster, tmp_path):
+    doomed = cluster.add_node(num_cpus=2)
+    log = tmp_path / "log"
+    log.mkdir()
+    out = tmp_path / "out"
+    trials = [Trial(key=f"t{i}", spec=TINY, cycle=0, max_lr=0.1, seed=i, start_checkpoint=None) for i in range(4)]
+
+    def started_on_doomed() -> list[str]:
+        return [p.name.split("@")[0] for p in log.iterdir() if f"@{doomed.node_id}." in p.name]
+
+    def remove_when_busy() -> None:  # once a trial has finished and others are stuck on the doomed node
+        while not (list((out / "ledger").glob("*.json")) and started_on_doomed()):
+            time.sleep(0.1)
+        lost.extend(started_on_doomed())
+        cluster.remove_node(doomed)
+
+    lost: list[str] = []
+    remover = threading.Thread(target=remove_when_busy, daemon=True)
+    remover.start()
+    started = time.monotonic()
+    with Runner(out=out, spec=TINY, experiment="faults", address=cluster.address,
+                trainable=stalls_on(doomed.node_id, log), progress=Progress(io.StringIO())) as runner:
+        rows = runner.run(trials)
+    remover.join(timeout=5)
+
+    assert lost, "no trial was running on the removed node"
+    assert time.monotonic() - started < 300  # the stalled attempts were abandoned, not waited out
+    assert sorted(rows) == sorted(r["key"] for r in Ledger(out).rows()) == ["t0", "t1", "t2", "t3"]
+    head = cluster.head_node.node_id
+    assert all(rows[k]["node_id"] == head for k in lost)  # retried on the surviving node
+    assert all(rows[k]["val_acc"] > 0 for k in rows)
+
+
+# --- the driver killed, a checkpoint corrupted (through the command line) ----------------------------------------
+
+def oracle(out: Path, grid: str = "0.03,0.1,0.3,1.0") -> list[str]:
+    return ["oracle", "--preset", "tiny", "--cycles", "1", "--grid", grid, "--cpus-per-trial", "1", "--out", str(out)]
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL what is left of a process session we started (the killed driver's Ray processes)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) == sid:  # fields after the command: state, ppid, pgrp, session
+                os.kill(int(stat.parent.name), signal.SIGKILL)
+        except (OSError, IndexError, ValueError):
+            pass
+
+
+def run_until(args: list[str], pattern: str, tmp_path: Path) -> list[str]:
+    """Run the CLI and SIGKILL it the moment a stdout line matches `pattern`; returns the lines it printed."""
+    with open(tmp_path / "killed.stderr", "w") as err:
+        proc = subprocess.Popen([CLI, *args], stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if re.search(pattern, line):
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+        proc.wait(timeout=60)
+    finally:
+        kill_session(proc.pid)
+    assert proc.returncode == -signal.SIGKILL, f"never saw {pattern!r}:\n{''.join(lines)}"
+    return lines
+
+
+def run(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300)
+
+
+def ledger_ids(out: Path) -> dict[str, str]:
+    return {r["key"]: r["trial_id"] for r in Ledger(out).rows()}
+
+
+@pytest.mark.slow
+def test_a_driver_killed_mid_cycle_resumes_without_retraining(tmp_path):
+    out = tmp_path / "out"
+    args = oracle(out)
+    run_until(args, r"cycle 1 seed 0 max_lr .*: val", tmp_path)  # the first finished trial of cycle 1
+    before = ledger_ids(out)
+    assert len([k for k in before if k.startswith("oracle-c01-")]) < 4  # killed mid-cycle
+
+    done = run(args)
+    assert done.returncode == 0, done.stderr
+    after = ledger_ids(out)
+    assert len(after) == 8  # 4 max_lr x 2 cycles
+    assert {k: after[k] for k in before} == before  # finished trials were not retrained
+    assert (out / "results.csv").read_text().count("\n") == 9
+
+
+@pytest.mark.slow
+def test_a_corrupt_chained_checkpoint_is_a_clear_error(tmp_path):
+    out = tmp_path / "out"
+    args = oracle(out, grid="0.03,0.3")  # two max_lr: fewer futile retries of the doomed trials
+    run_until(args, r"^oracle cycle 1:", tmp_path)  # cycle 0 chose its checkpoint; cycle 1 had not started
+    (chosen,) = [r for r in Ledger(out).rows() if r["cycle"] == 0 and r.get("selected")]
+    state = Path(chosen["checkpoint"]) / "state.pt"
+    blob = bytearray(state.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF  # one flipped byte: a loadable-looking file with wrong weights
+    state.write_bytes(bytes(blob))
+
+    failed = run(args)
+    assert failed.returncode == 1
+    (summary,) = [line for line in failed.stderr.splitlines() if line.startswith("oracle-search: failed:")]
+    assert f"CheckpointError: checkpoint {state}: content hash mismatch" in summary
+    assert not [r for r in Ledger(out).rows() if r["cycle"] == 1]  # nothing was trained from the bad chain
+
+    blob[len(blob) // 2] ^= 0xFF  # repaired: the same command now completes
+    state.write_bytes(bytes(blob))
+    done = run(args)
+    assert done.returncode == 0, done.stderr
+    assert {r["start_hash"] for r in Ledger(out).rows() if r["cycle"] == 1} == {chosen["checkpoint_hash"]}
