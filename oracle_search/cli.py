@@ -437,7 +437,8 @@ def build_parser() -> Parser:
     c = sub.add_parser("compare", help="the main job: Oracle, SILO fitter, baselines, then the report")
     add_spec_options(c, cluster=True)
     c.add_argument("--grid", help="Oracle max_lr values (default: the preset's grid)")
-    c.add_argument("--refine", type=int, default=0, help="N extra linear Oracle values around each coarse best")
+    c.add_argument("--refine", type=int, default=3, help="N extra linear Oracle values around each coarse best "
+                   "(default 3)")
     c.add_argument("--seeds", type=int, default=1, help="number of seeds")
     fit_options(c, 8)
     c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")

@@ -46,6 +46,6 @@ def test_compare_writes_results_and_report_and_resumes_after_sigkill(tmp_path: P
     assert {"oracle", "silo", "constant", "decay", "cyclical", "warmup", "cosine"} <= set(rows["method"])
     assert len(rows) == len(list((out / "ledger").glob("*.json")))
     report = (out / "report.md").read_text()
-    assert "Oracle" in report and "Cost" in report or "cost" in report
+    assert "## Oracle max_lr and interval" in report and "## Cost" in report and "## Test accuracy" in report
     assert (out / "report.html").exists()
     assert "Oracle table" in done.stdout
