@@ -81,9 +81,13 @@ def main() -> None:
         alone_s, mismatches = in_process(spec, seeds, chosen, Path(tmp) / "alone")
     print(f"Ray Tune ({os.cpu_count()} CPUs, 1 CPU per trial), Ray start-up included: {ray_s:7.1f} s "
           f"(start-up {startup_s:.1f} s; {trained_s:.1f} s of run_cycle inside the trials, summed)")
+    idle = ray_s - startup_s - trained_s / os.cpu_count()
+    print(f"  Ray time beyond start-up and training (wall - start-up - summed training / CPUs): {idle:.1f} s, "
+          f"{idle * os.cpu_count() / trials:.2f} s of a CPU slot per trial")
     print(f"in one process, sequential, 1 thread:                 {alone_s:7.1f} s")
     print(f"ratio Ray / in-process: {ray_s / alone_s:.2f} (target <= 1.0)")
     print(f"selected trials that differ between the two: {mismatches} of {sum(map(len, chosen.values()))}")
+    print(f"load average now {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

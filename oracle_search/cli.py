@@ -118,15 +118,43 @@ def prepare_out(out: Path, spec: ExperimentSpec) -> None:
         return
     from oracle_search.results import atomic_write_json
 
+    from oracle_search.security import redact
+
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(saved, spec.to_dict())
+    stored = spec.to_dict()
+    if stored["resources"]["storage_path"]:
+        stored["resources"]["storage_path"] = redact(stored["resources"]["storage_path"])
+    atomic_write_json(saved, stored)
 
 
-def check_inputs(spec: ExperimentSpec) -> None:
-    """Load the data once here, so a missing dataset folder fails before any trial starts."""
+def check_inputs(args: argparse.Namespace, spec: ExperimentSpec) -> None:
+    """Everything that can be checked before a run starts: the data loads, a local machine can hold one trial,
+    the study storage opens. A failure here is invalid input (exit 2), with nothing written."""
     from trainables.data import load_data
 
     load_data(spec)
+    res = spec.resources
+    if not getattr(args, "address", None):
+        import os
+
+        import torch
+
+        if res.cpus_per_trial > (os.cpu_count() or 1):
+            raise SpecError("cpus-per-trial", f"{res.cpus_per_trial} exceeds this machine's {os.cpu_count()} CPUs "
+                            "(pass --address to use a cluster)")
+        if res.gpus_per_trial > torch.cuda.device_count():
+            raise SpecError("gpus-per-trial", f"{res.gpus_per_trial} exceeds this machine's "
+                            f"{torch.cuda.device_count()} GPUs (pass --address to use a cluster)")
+    url = getattr(args, "study_storage", None)
+    if url:
+        import optuna
+
+        from oracle_search.security import redact
+
+        try:
+            optuna.storages.get_storage(url)
+        except Exception as err:  # the driver's message may quote the URL: name only the kind of failure
+            raise SpecError("study-storage", f"cannot open {redact(url)} ({type(err).__name__})") from None
 
 
 # --- commands ----------------------------------------------------------------------------------------------------
@@ -172,7 +200,7 @@ def cmd_cycle(args: argparse.Namespace) -> int:
         from trainables.checkpoints import load_checkpoint
 
         load_checkpoint(args.start)  # a corrupt start fails here, before anything is written
-    check_inputs(spec)
+    check_inputs(args, spec)
     out = Path(args.out)
     ckpt = out / f"cycle{args.cycle:02d}-seed{spec.seed}-lr{args.max_lr:.6g}"
     result = run_cycle(spec, cycle=args.cycle, max_lr=args.max_lr, seed=spec.seed, start_checkpoint=args.start,
@@ -218,7 +246,7 @@ def cmd_oracle(args: argparse.Namespace) -> int:
     seeds = _seeds(args, spec)
     if args.refine < 0:
         raise SpecError("refine", f"must be >= 0, got {args.refine}")
-    check_inputs(spec)
+    check_inputs(args, spec)
     with _runner(args, spec) as runner:
         chosen = run_oracle(runner, seeds, list(spec.grid), refine=args.refine)
     print("\nOracle table\n" + oracle_table(chosen))
@@ -294,7 +322,7 @@ def cmd_fit_silo(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     seeds = _seeds(args, spec)
     space, target = _fit_options(args, spec)
-    check_inputs(spec)
+    check_inputs(args, spec)
     with _runner(args, spec) as runner:
         _fit(args, runner, seeds, space, target)
         runner.write_results()
@@ -323,7 +351,7 @@ def cmd_baselines(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     seeds = _seeds(args, spec)
-    check_inputs(spec)
+    check_inputs(args, spec)
     with _runner(args, spec) as runner:
         run_baselines(runner, seeds, list(spec.grid), _fitted_params(args, runner))
         runner.write_results()
@@ -342,7 +370,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     space, target = _fit_options(args, spec)
     if args.refine < 0:
         raise SpecError("refine", f"must be >= 0, got {args.refine}")
-    check_inputs(spec)
+    check_inputs(args, spec)
     with _runner(args, spec) as runner:
         say = runner.progress.say
         say(f"compare: {spec.preset}, {spec.cycles + 1} cycles, {len(seeds)} seed(s) -> {runner.out}")

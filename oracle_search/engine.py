@@ -127,20 +127,35 @@ def keep_idle_actors_warm() -> None:
     Between two cycles no trial is pending for a moment (the next cycle waits for the selection), and Tune would
     evict every warm actor (torch imported, data cached) only to start cold ones seconds later: on a 2-core
     machine that gap cost more than the trials. All idle actors are still removed when the experiment ends.
-    This touches a private Tune method; if a Ray release renames it, runs stay correct, only slower.
+    Tune also caches only one idle actor when no trial is staged, so every other one was dropped at each cycle's
+    end; in the next cycle the cached actor then took each trial before a new actor had started, and Tune killed
+    the starting one: trials ran one at a time. So every finished actor is cached until the search ends.
+    This touches private Tune methods; if a Ray release renames them, runs stay correct, only slower.
     """
     from ray.tune.execution.tune_controller import TuneController
 
     original = getattr(TuneController, "_cleanup_cached_actors", None)
-    if original is None or getattr(original, "_keeps_warm", False):
+    original_cache = getattr(TuneController, "_maybe_cache_trial_actor", None)
+    if original is None or original_cache is None or getattr(original, "_keeps_warm", False):
         return
 
     def cleanup(self, force_all: bool = False):
         if force_all or self._search_alg.is_finished():
             original(self, force_all=force_all)
 
+    def cache(self, trial) -> bool:
+        if self._search_alg.is_finished():
+            return original_cache(self, trial)
+        room = self._actor_cache.num_cached_objects + 1  # let the cache take this actor too
+        self._actor_cache.increase_max(trial.placement_group_factory, room)
+        try:
+            return original_cache(self, trial)
+        finally:
+            self._actor_cache.decrease_max(trial.placement_group_factory, room)
+
     cleanup._keeps_warm = True
     TuneController._cleanup_cached_actors = cleanup
+    TuneController._maybe_cache_trial_actor = cache
 
 
 class TrialQueue(Searcher):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 MASK = "***"
-# scheme://user:password@host...; the password runs to the last '@' before the host, as SQLAlchemy parses it.
+# scheme://user:password@host...; the password runs to the last '@', so an unencoded '@' or '/' in it stays hidden.
 _USERINFO = re.compile(r"^(?P<head>[A-Za-z][\w+.-]*://[^:/@?#]*:)(?P<secret>.*)@(?P<host>[^@]*)$")
 # Query parameters that carry secrets (libpq, pyarrow S3/GCS URIs, presigned tokens).
 _SECRET_PARAM = re.compile(r"(?P<name>[?&](?:password|sslpassword|secret_key|secret|access_key|session_token|"

@@ -110,7 +110,7 @@ def together(log_dir: Path, wait_for: int, timeout: float = 60.0) -> Callable[[d
         start = time.time()
         gpus = [str(g) for g in ray.get_gpu_ids()]
         node = ray.get_runtime_context().get_node_id()
-        time.sleep(1.0)  # hold the GPU long enough for the others to be seen alongside
+        time.sleep(2.0)  # hold the GPU long enough for the others to be seen alongside
         (log_dir / f"{config['key']}.json").write_text(json.dumps(
             {"key": config["key"], "gpus": gpus, "node": node, "start": start, "end": time.time()}))
         cycle_trainable(config)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import os
 import re
 import signal
@@ -20,7 +19,7 @@ import ray
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
-from oracle_search.engine import Ledger, Progress, Runner, Trial
+from oracle_search.engine import Ledger, Progress, RunFailed, Runner, Trial
 from trainables.presets import PRESETS
 from trainables.spec import Resources
 from trainables.tune_adapter import cycle_trainable
@@ -34,13 +33,17 @@ TINY = PRESETS["tiny"].spec
 # --- a worker node lost mid-cycle --------------------------------------------------------------------------------
 
 def stalls_on(doomed_node: str, log_dir: Path) -> Callable[[dict], None]:
-    """A trainable that logs where each attempt starts, and on `doomed_node` stalls until that node is removed."""
+    """A trainable that logs where each attempt starts; on `doomed_node` it stalls until that node is removed,
+    elsewhere it first waits (up to a minute) until some trial has started there."""
 
     def trainable(config: dict) -> None:
         node = ray.get_runtime_context().get_node_id()
         (log_dir / f"{config['key']}@{node}.{time.monotonic_ns()}").touch()
         if node == doomed_node:
             time.sleep(600)
+        deadline = time.monotonic() + 60
+        while not any(f"@{doomed_node}." in p.name for p in log_dir.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         cycle_trainable(config)
 
     return trainable
@@ -148,6 +151,12 @@ def test_a_driver_killed_mid_cycle_resumes_without_retraining(tmp_path):
     assert (out / "results.csv").read_text().count("\n") == 9
 
 
+def flip_middle_byte(path: Path) -> None:
+    blob = bytearray(path.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    path.write_bytes(bytes(blob))
+
+
 @pytest.mark.slow
 def test_a_corrupt_chained_checkpoint_is_a_clear_error(tmp_path):
     out = tmp_path / "out"
@@ -155,9 +164,7 @@ def test_a_corrupt_chained_checkpoint_is_a_clear_error(tmp_path):
     run_until(args, r"^oracle cycle 1:", tmp_path)  # cycle 0 chose its checkpoint; cycle 1 had not started
     (chosen,) = [r for r in Ledger(out).rows() if r["cycle"] == 0 and r.get("selected")]
     state = Path(chosen["checkpoint"]) / "state.pt"
-    blob = bytearray(state.read_bytes())
-    blob[len(blob) // 2] ^= 0xFF  # one flipped byte: a loadable-looking file with wrong weights
-    state.write_bytes(bytes(blob))
+    flip_middle_byte(state)  # a loadable-looking file with wrong weights
 
     failed = run(args)
     assert failed.returncode == 1
@@ -165,8 +172,23 @@ def test_a_corrupt_chained_checkpoint_is_a_clear_error(tmp_path):
     assert f"CheckpointError: checkpoint {state}: content hash mismatch" in summary
     assert not [r for r in Ledger(out).rows() if r["cycle"] == 1]  # nothing was trained from the bad chain
 
-    blob[len(blob) // 2] ^= 0xFF  # repaired: the same command now completes
-    state.write_bytes(bytes(blob))
+    flip_middle_byte(state)  # repaired: the same command now completes
     done = run(args)
     assert done.returncode == 0, done.stderr
     assert {r["start_hash"] for r in Ledger(out).rows() if r["cycle"] == 1} == {chosen["checkpoint_hash"]}
+
+
+@pytest.mark.slow
+def test_a_corrupt_checkpoint_behind_a_uri_is_named_by_its_uri(tmp_path):
+    """With cloud storage trials get the start checkpoint as a URI (file:// stands in for s3:// here) and load a
+    temporary local copy of it; the error names the URI."""
+    spec = dataclasses.replace(TINY, resources=Resources(storage_path=f"file://{tmp_path / 'shared'}"))
+    with Runner(out=tmp_path / "out", spec=spec, experiment="uri", max_failures=0,
+                progress=Progress(io.StringIO())) as runner:
+        (row,) = runner.run([Trial("c0", spec, cycle=0, max_lr=0.1, seed=0, start_checkpoint=None)]).values()
+        uri = row["checkpoint"]
+        assert uri.startswith(f"file://{tmp_path / 'shared'}/")
+        flip_middle_byte(Path(uri.removeprefix("file://")) / "state.pt")
+        with pytest.raises(RunFailed, match=re.escape(f"(first: c1: trainables.checkpoints.CheckpointError: {uri}: ")
+                           + ".*content hash mismatch"):
+            runner.run([Trial("c1", spec, cycle=1, max_lr=0.1, seed=0, start_checkpoint=uri)])

@@ -2,7 +2,6 @@
 driver killed by SIGKILL without retraining a finished trial."""
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import os

@@ -12,6 +12,7 @@ import ray
 import torch
 from ray import tune
 
+from trainables.checkpoints import CheckpointError
 from trainables.cycle import run_cycle
 from trainables.spec import ExperimentSpec
 
@@ -31,8 +32,13 @@ def cycle_trainable(config: dict[str, Any]) -> None:
     # A local path is used in place; a cloud URI is downloaded to a temporary folder first.
     opened = tune.Checkpoint(start).as_directory() if start else nullcontext(None)
     with opened as start_dir, tempfile.TemporaryDirectory() as work:
-        result = run_cycle(spec, cycle=config["cycle"], max_lr=config["max_lr"], seed=config["seed"],
-                           start_checkpoint=start_dir, checkpoint_dir=Path(work) / "checkpoint")
+        try:
+            result = run_cycle(spec, cycle=config["cycle"], max_lr=config["max_lr"], seed=config["seed"],
+                               start_checkpoint=start_dir, checkpoint_dir=Path(work) / "checkpoint")
+        except CheckpointError as err:
+            if start_dir == start:
+                raise
+            raise CheckpointError(f"{start}: {err}") from err  # name the URI, not its temporary local copy
         metrics = result.row() | {"key": config.get("key", ""), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                                   "node_id": ray.get_runtime_context().get_node_id()}
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(result.checkpoint))
