@@ -153,9 +153,23 @@ def keep_idle_actors_warm() -> None:
         finally:
             self._actor_cache.decrease_max(trial.placement_group_factory, room)
 
+    def update_trial_queue(self, blocking: bool = False, timeout: int = 600) -> bool:
+        # Tune's own version polls an idle searcher once a second; between two driver batches that second is
+        # pure waiting, once per cycle. Poll every 20 ms instead.
+        trial = self._search_alg.next_trial()
+        deadline = time.monotonic() + timeout
+        while blocking and not trial and not self.is_finished() and time.monotonic() < deadline:
+            time.sleep(0.02)
+            trial = self._search_alg.next_trial()
+        if trial:
+            self.add_trial(trial)
+        return bool(trial)
+
     cleanup._keeps_warm = True
     TuneController._cleanup_cached_actors = cleanup
     TuneController._maybe_cache_trial_actor = cache
+    if hasattr(TuneController, "_update_trial_queue"):
+        TuneController._update_trial_queue = update_trial_queue
 
 
 class TrialQueue(Searcher):
