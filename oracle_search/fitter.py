@@ -50,8 +50,11 @@ def open_study(out: Path, spec: ExperimentSpec, storage_url: str | None) -> optu
     storage = storage_url or default_storage(out)
     return optuna.create_study(
         study_name=f"silo-{spec.preset}", storage=storage, direction="maximize", load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=spec.seed),
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0))
+        # TPE's default 10 random start-up trials would be the whole of a small study.
+        sampler=optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=4),
+        # Cycle 0 measures epsilon alone (delta, q, beta act later): judge a trial from cycle 1 on, and stop
+        # only the bottom quartile, since one seed's accuracy is noisy by a point or more.
+        pruner=optuna.pruners.PercentilePruner(75.0, n_startup_trials=2, n_warmup_steps=1))  # keeps the top 75 %
 
 
 def suggest(trial: optuna.Trial, space: SearchSpace) -> SiloParams:

@@ -58,7 +58,7 @@ def test_a_pruned_trial_is_marked_and_cost_fewer_epochs(fitted):
     study, rows = load(fitted), pd.read_parquet(fitted / "results.parquet")
     pruned = [t.number for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
     complete = [t.number for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert pruned, "the median pruner stopped no trial"
+    assert pruned, "the pruner stopped no trial"
     epochs = rows.groupby("study_trial")["epochs"].sum()
     for number in pruned:
         assert rows[rows["study_trial"] == number]["pruned"].all()
