@@ -66,7 +66,9 @@ def max_lr_figure(pooled: pd.DataFrame, per_seed: pd.DataFrame, silo: dict | Non
                 label="theory α ∝ C^(-1/2) (σ_X={sigma_x:g}, σ_W={sigma_w:g}, d={d:g})".format(**theory))
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(_log_label))
-    ax.yaxis.set_minor_formatter(FuncFormatter(_log_label))
+    low, high = ax.get_ylim()
+    # Within one decade the 1-2-5 ticks may all fall outside the view: then label every tick.
+    ax.yaxis.set_minor_formatter(FuncFormatter(_log_label if high / low >= 10 else lambda v, _p=None: f"{v:g}"))
     ax.set_ylabel("max_lr")
     _density_axis(ax, pd.Series(lam))
     ax.legend(fontsize=8)

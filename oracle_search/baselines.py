@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from oracle_search.engine import Runner, Trial
 from oracle_search.fitter import silo_spec, silo_tags
-from oracle_search.oracle import best_row, grid_key
+from oracle_search.oracle import best_row, chain_suffix, grid_key
 from trainables.schedules import SiloParams
 
 BASELINE_SCHEDULES = ("constant", "decay", "cyclical", "warmup", "cosine")
@@ -33,10 +33,11 @@ def full_runs(runner: Runner, runs: dict[str, tuple], seeds: list[int]) -> None:
     """Cycles 0..L for each method and seed, all methods advancing one cycle at a time in parallel.
 
     `runs` maps method -> (spec, max_lr, tags)."""
-    starts = {(m, s): None for m in runs for s in seeds}
+    starts: dict[tuple[str, int], dict | None] = {(m, s): None for m in runs for s in seeds}
     for cycle in range(runner.spec.cycles + 1):
-        trials = [Trial(key=f"{m}-final-c{cycle:02d}-s{s}", spec=spec, cycle=cycle, max_lr=lr, seed=s,
-                        start_checkpoint=starts[(m, s)], tags=tags)
+        trials = [Trial(key=f"{m}-final-c{cycle:02d}-s{s}-{_peak_name(spec, lr)}{chain_suffix(starts[(m, s)])}",
+                        spec=spec, cycle=cycle, max_lr=lr, seed=s,
+                        start_checkpoint=starts[(m, s)]["checkpoint"] if starts[(m, s)] else None, tags=tags)
                   for m, (spec, lr, tags) in runs.items() for s in seeds if (m, s) in starts]
         if not trials:
             return
@@ -47,8 +48,16 @@ def full_runs(runner: Runner, runs: dict[str, tuple], seeds: list[int]) -> None:
                 runner.progress.say(f"  {t.tags['method']} seed {t.seed} diverged at cycle {cycle}; it stops here")
                 del starts[(t.tags["method"], t.seed)]
             else:
-                starts[(t.tags["method"], t.seed)] = row["checkpoint"]
+                starts[(t.tags["method"], t.seed)] = row
         runner.progress.say(f"baselines: cycle {cycle} done [{runner.progress.elapsed()}]")
+
+
+def _peak_name(spec, lr: float | None) -> str:
+    """The key part naming a run's peak LR: the tuned value, or SILO's parameters."""
+    if lr is not None:
+        return f"lr{grid_key(lr)}"
+    p = spec.schedule.silo
+    return f"silo{grid_key(p.epsilon)}_{grid_key(p.delta)}_{p.q}_{grid_key(p.beta)}"
 
 
 def run_baselines(runner: Runner, seeds: list[int], grid: list[float], silo: SiloParams | None,

@@ -47,10 +47,28 @@ class CycleChoice:
     high: float
 
 
-def oracle_trial(runner: Runner, cycle: int, seed: int, lr: float, start: str | None, stage: str) -> Trial:
-    return Trial(key=f"oracle-c{cycle:02d}-s{seed}-lr{grid_key(lr)}", spec=runner.spec, cycle=cycle, max_lr=lr,
-                 seed=seed, start_checkpoint=start,
+def chain_suffix(start: dict | None) -> str:
+    """Names the checkpoint a trial starts from, so a trial trained from another chain is never reused."""
+    return f"-from{start['checkpoint_hash'][:10]}" if start else ""
+
+
+def oracle_trial(runner: Runner, cycle: int, seed: int, lr: float, start: dict | None, stage: str) -> Trial:
+    return Trial(key=f"oracle-c{cycle:02d}-s{seed}-lr{grid_key(lr)}{chain_suffix(start)}", spec=runner.spec,
+                 cycle=cycle, max_lr=lr, seed=seed, start_checkpoint=start["checkpoint"] if start else None,
                  tags={"method": "oracle", "stage": stage, "schedule": runner.spec.schedule.name})
+
+
+def mark_selected(runner: Runner, best: dict) -> dict:
+    """Record `best` as the (seed, cycle)'s chained trial, and no other (a rerun with other options may have
+    chosen another)."""
+    for row in runner.ledger.rows():
+        if (row.get("method") == "oracle" and row.get("selected") and row["seed"] == best["seed"]
+                and row["cycle"] == best["cycle"] and row["key"] != best["key"]):
+            runner.ledger.record(row | {"selected": False})
+    if not best.get("selected"):
+        best = best | {"selected": True}
+        runner.ledger.record(best)
+    return best
 
 
 def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int = 0) -> dict[int, list[CycleChoice]]:
@@ -59,7 +77,7 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
     chosen: dict[int, list[CycleChoice]] = {s: [] for s in seeds}
     active = list(seeds)
     for cycle in range(spec.cycles + 1):
-        starts = {s: (chosen[s][-1].row["checkpoint"] if cycle else None) for s in active}
+        starts = {s: (chosen[s][-1].row if cycle else None) for s in active}
         say(f"oracle cycle {cycle}: {len(grid)} max_lr x {len(active)} seed(s)")
         coarse = [oracle_trial(runner, cycle, s, lr, starts[s], "grid") for s in active for lr in grid]
         rows = runner.run(coarse)
@@ -78,9 +96,7 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
                 say(f"  seed {s}: every max_lr diverged at cycle {cycle}; this seed stops here")
                 active.remove(s)
                 continue
-            if not best.get("selected"):
-                runner.ledger.record(best | {"selected": True})
-                best = best | {"selected": True}
+            best = mark_selected(runner, best)
             low, high = interval(per_seed[s])
             chosen[s].append(CycleChoice(s, cycle, best, low, high))
             say(f"  cycle {cycle} seed {s} density {best['density']:.1f}%: best max_lr {best['max_lr']:.4g}, "

@@ -214,3 +214,23 @@ def test_refine_adds_linear_values_around_each_coarse_best(ray_local, tmp_path):
         assert set(fine["start_hash"].fillna("")) == set(coarse["start_hash"].fillna(""))
     assert set(table["cycle"]) == {0, 1, 2}
     check_selection_and_chain(table)  # the selection is over the coarse and the refined values together
+
+
+@pytest.mark.slow
+def test_a_rerun_with_other_options_never_reuses_trials_of_another_chain(ray_local, tmp_path):
+    out = str(tmp_path / "rechain")
+    base = ["oracle", "--preset", "tiny", "--cycles", "1", "--grid", "0.02,0.3", "--out", out]
+    assert cli.main(base) == 0
+    first = read_results(Path(out))
+    assert cli.main(base + ["--refine", "3"]) == 0  # may select another cycle-0 trial
+    table = read_results(Path(out))
+    assert (table.groupby(["seed", "cycle"])["selected"].sum() == 1).all()
+    chosen0 = table[(table["cycle"] == 0) & table["selected"]]["checkpoint_hash"].item()
+    cycle1 = table[table["cycle"] == 1]
+    current = cycle1[cycle1["start_hash"] == chosen0]
+    assert len(current) >= 2 and current["selected"].sum() == 1
+    # rows trained from the earlier chain (the refine stage chose another cycle-0 trial) stay in the table but
+    # are never the selected ones
+    assert (cycle1["start_hash"] != chosen0).any()
+    assert not cycle1[cycle1["start_hash"] != chosen0]["selected"].any()
+    assert len(table) >= len(first)
