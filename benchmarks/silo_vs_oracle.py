@@ -1,7 +1,8 @@
 """SILO fitter vs Oracle cost: for one spec, the fitter's total epochs over the Oracle's, and both last-cycle
 test accuracies. Run by hand: `python benchmarks/silo_vs_oracle.py [--preset mnist1d-mlp] [--out DIR]`.
 
-Reuses a finished run in --out (e.g. the main job's runs/mnist1d-mlp) and trains only what is missing.
+Reuses a finished run in --out (e.g. the main job's runs/mnist1d-mlp) and trains only what is missing; pass
+the options that run used (compare's defaults are the defaults here).
 """
 from __future__ import annotations
 
@@ -31,12 +32,13 @@ def summarize(rows: pd.DataFrame) -> dict[str, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--preset", default="mnist1d-mlp")
-    p.add_argument("--trials", type=int, default=8)
+    p.add_argument("--trials", type=int, default=8, help="fitter trials (compare's default)")
+    p.add_argument("--refine", type=int, default=3, help="Oracle refinement values (compare's default)")
     p.add_argument("--out", help="results folder (default: a temporary one)")
     args = p.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="silo-vs-oracle-"))
     started = time.perf_counter()
-    assert cli(["oracle", "--preset", args.preset, "--out", str(out)]) == 0
+    assert cli(["oracle", "--preset", args.preset, "--refine", str(args.refine), "--out", str(out)]) == 0
     assert cli(["fit-silo", "--preset", args.preset, "--trials", str(args.trials), "--out", str(out)]) == 0
     s = summarize(pd.read_parquet(out / "results.parquet"))
     print(f"\npreset {args.preset}, {args.trials} fitter trials, results in {out} ({time.perf_counter() - started:.0f}s)")
