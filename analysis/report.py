@@ -98,9 +98,21 @@ def _statistics_section(df: pd.DataFrame) -> Section:
     return section
 
 
+def _flatten(spec: dict, prefix: str = "") -> dict:
+    """Nested fields as dotted keys (schedule.silo.epsilon), so the table stays two narrow columns."""
+    flat = {}
+    for key, value in spec.items():
+        if isinstance(value, dict):
+            flat |= _flatten(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def _spec_cells(spec: dict) -> pd.DataFrame:
-    values = [v if isinstance(v, str) else json.dumps(v) for v in spec.values()]
-    return pd.DataFrame({"key": list(spec), "value": values})
+    flat = _flatten(spec)
+    values = [v if isinstance(v, str) else json.dumps(v) for v in flat.values()]
+    return pd.DataFrame({"key": list(flat), "value": values})
 
 
 def _markdown(title: str, spec: dict | None, sections: list[Section]) -> str:

@@ -87,11 +87,15 @@ class Running:
     params: SiloParams
     starts: dict[int, str | None]
     keys: list[str]
+    cycle: int = 0  # the next cycle to train
 
 
 def fit_silo(runner: Runner, seeds: list[int], n_trials: int, space: SearchSpace, storage_url: str | None,
              parallel: int, target_cycle: int | None = None, oracle_dense_lr: float | None = None) -> optuna.Study:
-    """Run the study until it holds `n_trials` finished (complete or pruned) trials; returns the study."""
+    """Run the study until it holds `n_trials` finished (complete or pruned) trials; returns the study.
+
+    Up to `parallel` Optuna trials are in flight, each at its own cycle; a trial that stops early frees its slot
+    for a new one at once, instead of idling until its batch-mates finish."""
     spec, say = runner.spec, runner.progress.say
     target = spec.cycles if target_cycle is None else target_cycle
     study = open_study(runner.out, spec, storage_url)
@@ -104,50 +108,53 @@ def fit_silo(runner: Runner, seeds: list[int], n_trials: int, space: SearchSpace
         deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
     say(f"fit-silo: study {study.study_name}: {finished()} of {n_trials} trials finished"
         + (f", resuming {len(resumed)}" if resumed else ""))
-    while resumed or finished() < n_trials:
-        batch = resumed[:parallel] or [study.ask() for _ in range(min(parallel, n_trials - finished()))]
-        resumed = resumed[len(batch):]
-        running = [Running(t, suggest(t, space), {s: None for s in seeds}, []) for t in batch]
-        _run_batch(runner, study, running, seeds, target)
+    pool: list[Running] = []
+    while True:
+        while len(pool) < parallel and (resumed or finished() + len(pool) < n_trials):
+            trial = resumed.pop(0) if resumed else study.ask()
+            pool.append(Running(trial, suggest(trial, space), {s: None for s in seeds}, []))
+        if not pool:
+            break
+        pool = _advance(runner, study, pool, seeds, target)
     best = study.best_trial
     say(f"fit-silo: best trial {best.number}: val {best.value:.2f} at cycle {target} with "
         + ", ".join(f"{k}={v:.4g}" for k, v in best.params.items()))
     return study
 
 
-def _run_batch(runner: Runner, study: optuna.Study, running: list[Running], seeds: list[int], target: int) -> None:
-    """Advance a batch of Optuna trials cycle by cycle, pruning the clearly bad ones after each cycle."""
-    spec = runner.spec
-    for cycle in range(target + 1):
-        trials = [Trial(key=f"silo-fit-t{r.trial.number:04d}-c{cycle:02d}-s{seed}",
-                        spec=silo_spec(spec, r.params), cycle=cycle, max_lr=None, seed=seed,
-                        start_checkpoint=r.starts[seed],
-                        tags=silo_tags(r.params, "fit", study_trial=r.trial.number, selected=True))
-                  for r in running for seed in seeds]
-        rows = runner.run(trials)
-        still = []
-        for r in running:
-            mine = [rows[t.key] for t in trials if t.key.startswith(f"silo-fit-t{r.trial.number:04d}-")]
-            r.keys += [row["key"] for row in mine]
-            r.starts = {row["seed"]: row["checkpoint"] for row in mine}
-            value = sum(row["val_acc"] for row in mine) / len(mine)
-            if any(row["diverged"] for row in mine):
-                _mark_pruned(runner, r)
-                study.tell(r.trial, state=optuna.trial.TrialState.PRUNED)
-                continue
-            r.trial.report(value, step=cycle)
-            if cycle == target:
-                study.tell(r.trial, value)
-            elif r.trial.should_prune():
-                _mark_pruned(runner, r)
-                study.tell(r.trial, state=optuna.trial.TrialState.PRUNED)
-                runner.progress.say(f"  fit-silo trial {r.trial.number} pruned after cycle {cycle} "
-                                    f"(val {value:.1f})")
-            else:
-                still.append(r)
-        running = still
-        if not running:
-            return
+def _advance(runner: Runner, study: optuna.Study, pool: list[Running], seeds: list[int],
+             target: int) -> list[Running]:
+    """Train the next cycle of every trial in flight; tell Optuna about the finished and the stopped ones."""
+    trials = {(r.trial.number, seed): Trial(
+        key=f"silo-fit-t{r.trial.number:04d}-c{r.cycle:02d}-s{seed}", spec=silo_spec(runner.spec, r.params),
+        cycle=r.cycle, max_lr=None, seed=seed, start_checkpoint=r.starts[seed],
+        tags=silo_tags(r.params, "fit", study_trial=r.trial.number, selected=True))
+        for r in pool for seed in seeds}
+    rows = runner.run(list(trials.values()))
+    still = []
+    for r in pool:
+        mine = [rows[trials[(r.trial.number, seed)].key] for seed in seeds]
+        r.keys += [row["key"] for row in mine]
+        r.starts = {row["seed"]: row["checkpoint"] for row in mine}
+        value = sum(row["val_acc"] for row in mine) / len(mine)
+        if any(row["diverged"] for row in mine):
+            _stop(runner, study, r, f"diverged at cycle {r.cycle}")
+            continue
+        r.trial.report(value, step=r.cycle)
+        if r.cycle == target:
+            study.tell(r.trial, value)
+        elif r.trial.should_prune():
+            _stop(runner, study, r, f"pruned after cycle {r.cycle} (val {value:.1f})")
+        else:
+            r.cycle += 1
+            still.append(r)
+    return still
+
+
+def _stop(runner: Runner, study: optuna.Study, r: Running, why: str) -> None:
+    _mark_pruned(runner, r)
+    study.tell(r.trial, state=optuna.trial.TrialState.PRUNED)
+    runner.progress.say(f"  fit-silo trial {r.trial.number} {why}")
 
 
 def _mark_pruned(runner: Runner, r: Running) -> None:

@@ -14,3 +14,22 @@ def ray_local() -> Iterator[None]:
     ray.init(address="local", num_cpus=2, include_dashboard=False)
     yield
     ray.shutdown()
+
+
+@pytest.fixture
+def make_cluster() -> Iterator:
+    """`make_cluster(head_cpus)`: a fake multi-node Ray cluster (ray.cluster_utils), shut down after the test."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    made = []
+
+    def make(head_cpus: int) -> Cluster:
+        ray.shutdown()  # the Runner joins whatever Ray this process is connected to
+        made.append(Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus}))
+        return made[-1]
+
+    yield make
+    ray.shutdown()
+    for cluster in made:
+        cluster.shutdown()

@@ -9,7 +9,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 import ray
@@ -128,13 +128,9 @@ def at(moment: float, logged: list[dict]) -> list[dict]:
 
 
 @pytest.fixture
-def cluster() -> Iterator[Cluster]:
+def cluster(make_cluster) -> Cluster:
     """A head that runs no trials; tests add the worker nodes."""
-    ray.shutdown()  # the Runner joins whatever Ray this process is connected to
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    yield c
-    ray.shutdown()
-    c.shutdown()
+    return make_cluster(0)
 
 
 def cycle0_trials(spec, n: int) -> list[Trial]:

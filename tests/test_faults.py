@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 import ray
@@ -50,12 +50,8 @@ def stalls_on(doomed_node: str, log_dir: Path) -> Callable[[dict], None]:
 
 
 @pytest.fixture
-def cluster() -> Iterator[Cluster]:
-    ray.shutdown()  # the Runner joins whatever Ray this process is connected to
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    yield c
-    ray.shutdown()
-    c.shutdown()
+def cluster(make_cluster) -> Cluster:
+    return make_cluster(1)
 
 
 @pytest.mark.slow
