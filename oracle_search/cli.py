@@ -314,8 +314,14 @@ def trial_slots(runner, seeds: int) -> int:
 def _fit(args: argparse.Namespace, runner, seeds: list[int], space, target: int):
     from oracle_search.fitter import fit_silo
 
+    dense = oracle_dense_lr(runner)
+    if dense is not None and args.epsilon_range is None:
+        # The paper tunes epsilon on the unpruned network; the Oracle's cycle 0 has done exactly that.
+        space = dataclasses.replace(space, epsilon=(dense / 2, dense * 2))
+        runner.progress.say(f"fit-silo: epsilon searched in [{dense / 2:.4g}, {dense * 2:.4g}] around the Oracle's "
+                            f"dense max_lr {dense:.4g}")
     return fit_silo(runner, seeds, args.trials, space, args.study_storage, trial_slots(runner, len(seeds)),
-                    target, oracle_dense_lr(runner))
+                    target, dense)
 
 
 def cmd_fit_silo(args: argparse.Namespace) -> int:
@@ -443,7 +449,8 @@ def build_parser() -> Parser:
                        "file under --out")
         f.add_argument("--target-cycle", type=int, help="cycle whose validation accuracy is the objective "
                        "(default: the last)")
-        f.add_argument("--epsilon-range", help="LO:HI (log scale; default: the grid's range)")
+        f.add_argument("--epsilon-range", help="LO:HI (log scale; default: half to twice the Oracle's dense "
+                       "max_lr when this --out holds an Oracle run, else the grid's range)")
         f.add_argument("--delta-range", help="LO:HI (default 0:max of the grid)")
         f.add_argument("--q-range", help="LO:HI integers (default 0:3)")
         f.add_argument("--beta-range", help="LO:HI (default 3:6)")

@@ -46,15 +46,18 @@ def default_storage(out: Path) -> optuna.storages.BaseStorage:
     return optuna.storages.JournalStorage(JournalFileBackend(str(out / "optuna-journal.log")))
 
 
-def open_study(out: Path, spec: ExperimentSpec, storage_url: str | None) -> optuna.Study:
+def open_study(out: Path, spec: ExperimentSpec, storage_url: str | None, target: int | None = None) -> optuna.Study:
+    """The study of this experiment; its pruner judges trials only from the middle of the cycles on."""
     storage = storage_url or default_storage(out)
+    target = spec.cycles if target is None else target
     return optuna.create_study(
         study_name=f"silo-{spec.preset}", storage=storage, direction="maximize", load_if_exists=True,
         # TPE's default 10 random start-up trials would be the whole of a small study.
         sampler=optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=4),
-        # Cycle 0 measures epsilon alone (delta, q, beta act later): judge a trial from cycle 1 on, and stop
-        # only the bottom quartile, since one seed's accuracy is noisy by a point or more.
-        pruner=optuna.pruners.PercentilePruner(75.0, n_startup_trials=2, n_warmup_steps=1))  # keeps the top 75 %
+        # Cycles up to q measure epsilon alone, and delta acts as the network thins: judge a trial only from the
+        # middle cycle on, and stop only the bottom quartile, since one seed's accuracy is noisy by a point.
+        pruner=optuna.pruners.PercentilePruner(75.0, n_startup_trials=2,  # keeps the top 75 %
+                                               n_warmup_steps=max(1, target // 2)))
 
 
 def suggest(trial: optuna.Trial, space: SearchSpace) -> SiloParams:
@@ -98,7 +101,7 @@ def fit_silo(runner: Runner, seeds: list[int], n_trials: int, space: SearchSpace
     for a new one at once, instead of idling until its batch-mates finish."""
     spec, say = runner.spec, runner.progress.say
     target = spec.cycles if target_cycle is None else target_cycle
-    study = open_study(runner.out, spec, storage_url)
+    study = open_study(runner.out, spec, storage_url, target)
     if not study.trials:
         study.enqueue_trial(recommended_start(spec, oracle_dense_lr))
     finished = lambda: sum(t.state.is_finished() for t in study.trials)  # noqa: E731
