@@ -284,43 +284,16 @@ def _fit_options(args: argparse.Namespace, spec: ExperimentSpec):
     return _search_space(args, spec), target
 
 
-def oracle_dense_lr(runner) -> float | None:
-    """The Oracle's best dense max_lr on seed-mean validation accuracy, if an Oracle ran in this --out."""
-    rows = [r for r in runner.ledger.rows() if r.get("method") == "oracle" and r["cycle"] == 0 and not r["diverged"]]
-    by_lr: dict[float, list[float]] = {}
-    for r in rows:
-        by_lr.setdefault(r["max_lr"], []).append(r["val_acc"])
-    if not by_lr:
-        return None
-    return min(by_lr, key=lambda lr: (-sum(by_lr[lr]) / len(by_lr[lr]), lr))
-
-
-def trial_slots(runner, seeds: int) -> int:
-    """How many Optuna trials to run at once: the cluster's trial slots shared among the seeds."""
-    import ray
-
-    from oracle_search.engine import connect
-
-    connect(runner.address)
-    res, total = runner.spec.resources, ray.cluster_resources()
-    slots = int(total.get("CPU", 1) // res.cpus_per_trial)
-    if res.gpus_per_trial > 0:
-        slots = min(slots, int(total.get("GPU", 0) // res.gpus_per_trial))
-    if res.max_concurrent:
-        slots = min(slots, res.max_concurrent)
-    return max(1, slots // seeds)
-
-
 def _fit(args: argparse.Namespace, runner, seeds: list[int], space, target: int):
-    from oracle_search.fitter import fit_silo
+    from oracle_search.fitter import fit_silo, oracle_dense_lr
 
-    dense = oracle_dense_lr(runner)
+    dense = oracle_dense_lr(runner.ledger.rows())
     if dense is not None and args.epsilon_range is None:
         # The paper tunes epsilon on the unpruned network; the Oracle's cycle 0 has done exactly that.
         space = dataclasses.replace(space, epsilon=(dense / 2, dense * 2))
         runner.progress.say(f"fit-silo: epsilon searched in [{dense / 2:.4g}, {dense * 2:.4g}] around the Oracle's "
                             f"dense max_lr {dense:.4g}")
-    return fit_silo(runner, seeds, args.trials, space, args.study_storage, trial_slots(runner, len(seeds)),
+    return fit_silo(runner, seeds, args.trials, space, args.study_storage, runner.slots(len(seeds)),
                     target, dense)
 
 
@@ -337,19 +310,15 @@ def cmd_fit_silo(args: argparse.Namespace) -> int:
 
 def _fitted_params(args: argparse.Namespace, runner):
     """SILO's fitted parameters from this --out's study, else the preset's, said plainly."""
+    import optuna
+
     from oracle_search.fitter import best_params, open_study
 
     study = open_study(runner.out, runner.spec, args.study_storage)
-    if any(t.state == optuna_complete() for t in study.trials):
+    if any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials):
         return best_params(study)
     runner.progress.say("baselines: no fitted SILO study in this --out; SILO uses the preset's parameters")
     return runner.spec.schedule.silo
-
-
-def optuna_complete():
-    import optuna
-
-    return optuna.trial.TrialState.COMPLETE
 
 
 def cmd_baselines(args: argparse.Namespace) -> int:

@@ -284,6 +284,17 @@ class Runner:
                             f"(first: {first}); finished trials are kept, rerun the command to resume")
         return rows
 
+    def slots(self, per: int = 1) -> int:
+        """How many groups of `per` trials the cluster runs at once (at least 1)."""
+        connect(self.address)
+        res, total = self.spec.resources, ray.cluster_resources()
+        n = int(total.get("CPU", 1) // res.cpus_per_trial)
+        if res.gpus_per_trial > 0:
+            n = min(n, int(total.get("GPU", 0) // res.gpus_per_trial))
+        if res.max_concurrent:
+            n = min(n, res.max_concurrent)
+        return max(1, n // per)
+
     def close(self) -> None:
         if self._queue is not None:
             self._queue.close()

@@ -68,6 +68,17 @@ def suggest(trial: optuna.Trial, space: SearchSpace) -> SiloParams:
         beta=trial.suggest_float("beta", *space.beta))
 
 
+def oracle_dense_lr(rows: list[dict]) -> float | None:
+    """The Oracle's best dense max_lr on seed-mean validation accuracy (ties to the smaller), if an Oracle ran."""
+    by_lr: dict[float, list[float]] = {}
+    for r in rows:
+        if r.get("method") == "oracle" and r["cycle"] == 0 and not r["diverged"]:
+            by_lr.setdefault(r["max_lr"], []).append(r["val_acc"])
+    if not by_lr:
+        return None
+    return min(by_lr, key=lambda lr: (-sum(by_lr[lr]) / len(by_lr[lr]), lr))
+
+
 def recommended_start(spec: ExperimentSpec, oracle_dense_lr: float | None) -> dict[str, float]:
     """The paper's advice as the first trial: q=1, beta=5, epsilon = the Oracle's best dense max_lr."""
     return {"epsilon": oracle_dense_lr or spec.schedule.silo.epsilon, "delta": spec.schedule.silo.delta,

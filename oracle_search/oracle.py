@@ -58,10 +58,10 @@ def oracle_trial(runner: Runner, cycle: int, seed: int, lr: float, start: dict |
                  tags={"method": "oracle", "stage": stage, "schedule": runner.spec.schedule.name})
 
 
-def mark_selected(runner: Runner, best: dict) -> dict:
+def mark_selected(runner: Runner, best: dict, ledger_rows: list[dict]) -> dict:
     """Record `best` as the (seed, cycle)'s chained trial, and no other (a rerun with other options may have
     chosen another)."""
-    for row in runner.ledger.rows():
+    for row in ledger_rows:
         if (row.get("method") == "oracle" and row.get("selected") and row["seed"] == best["seed"]
                 and row["cycle"] == best["cycle"] and row["key"] != best["key"]):
             runner.ledger.record(row | {"selected": False})
@@ -90,13 +90,14 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
                 fine_rows = runner.run(fine)
                 for t in fine:
                     per_seed[t.seed].append(fine_rows[t.key])
+        ledger_rows = runner.ledger.rows()  # read once per cycle, not once per seed
         for s in list(active):
             best = best_row(per_seed[s])
             if best is None:
                 say(f"  seed {s}: every max_lr diverged at cycle {cycle}; this seed stops here")
                 active.remove(s)
                 continue
-            best = mark_selected(runner, best)
+            best = mark_selected(runner, best, ledger_rows)
             low, high = interval(per_seed[s])
             chosen[s].append(CycleChoice(s, cycle, best, low, high))
             say(f"  cycle {cycle} seed {s} density {best['density']:.1f}%: best max_lr {best['max_lr']:.4g}, "

@@ -5,7 +5,6 @@ collections of cycles. It needs no Ray; the Tune adapter is a thin wrapper aroun
 """
 from __future__ import annotations
 
-import copy
 import json
 import math
 import time
@@ -230,4 +229,4 @@ def _to_cpu(obj):
         return obj.detach().cpu()
     if isinstance(obj, dict):
         return {k: _to_cpu(v) for k, v in obj.items()}
-    return copy.copy(obj)
+    return obj
