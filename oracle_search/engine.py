@@ -20,6 +20,7 @@ from ray import tune
 from ray.tune.search import Searcher
 
 from oracle_search.results import atomic_write_json, write_results
+from trainables.plugins import runtime_env
 from trainables.spec import ExperimentSpec
 from trainables.tune_adapter import cycle_trainable
 
@@ -66,8 +67,9 @@ class Ledger:
         return [json.loads(p.read_text()) for p in sorted(self.dir.glob("*.json"))]
 
 
-def connect(address: str | None) -> None:
-    """Join the cluster at `address`, or start a local Ray sized to this machine with its dashboard off."""
+def connect(address: str | None, runtime_env: dict | None = None) -> None:
+    """Join the cluster at `address`, or start a local Ray sized to this machine with its dashboard off;
+    `runtime_env` ships the user's own modules (trainables.plugins.runtime_env) to every worker."""
     # Read by Tune in this process at fit time, so set them even when the caller already started Ray.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no status tables
     # Tune lets a searcher keep only one trial pending by default, which serialises trial starts.
@@ -75,13 +77,13 @@ def connect(address: str | None) -> None:
     if ray.is_initialized():
         return
     if address:
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        ray.init(address=address, runtime_env=runtime_env, logging_level="WARNING", log_to_driver=False)
         return
     import torch
 
     # address="local": never join a stale cluster that a leftover ray_current_cluster file names.
     ray.init(address="local", num_cpus=os.cpu_count(), num_gpus=torch.cuda.device_count(),
-             include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+             include_dashboard=False, runtime_env=runtime_env, logging_level="WARNING", log_to_driver=False)
 
 
 def last_error_line(trial) -> str:
@@ -286,7 +288,7 @@ class Runner:
 
     def slots(self, per: int = 1) -> int:
         """How many groups of `per` trials the cluster runs at once (at least 1)."""
-        connect(self.address)
+        connect(self.address, runtime_env(self.spec))
         res, total = self.spec.resources, ray.cluster_resources()
         n = int(total.get("CPU", 1) // res.cpus_per_trial)
         if res.gpus_per_trial > 0:
@@ -325,7 +327,7 @@ class Runner:
     def _start(self) -> None:
         if self._queue is not None:
             return
-        connect(self.address)
+        connect(self.address, runtime_env(self.spec))
         keep_idle_actors_warm()
         inner = self.trainable
         res = self.spec.resources

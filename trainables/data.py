@@ -203,11 +203,12 @@ DATASETS: dict[str, Callable[["ExperimentSpec"], TensorData]] = {
 @functools.lru_cache(maxsize=4)
 def _load_cached(dataset: str, data_dir: str | None, num_samples: int, val_fraction: float, test_fraction: float,
                  split_seed: int) -> TensorData:
+    from trainables.plugins import resolve
     from trainables.spec import ExperimentSpec
 
     spec = ExperimentSpec(dataset=dataset, data_dir=data_dir, num_samples=num_samples, val_fraction=val_fraction,
                           test_fraction=test_fraction, split_seed=split_seed)
-    return DATASETS[dataset](spec)
+    return resolve("dataset", dataset)(spec)
 
 
 def load_data(spec: "ExperimentSpec") -> TensorData:

@@ -10,6 +10,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from trainables.plugins import resolve
+
 
 def mlp(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] = (256, 256, 256)) -> nn.Module:
     """The paper's §3.1 MLP: three hidden layers of 256 with ReLU."""
@@ -191,4 +193,4 @@ MODELS: dict[str, ModelBuilder] = {
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    return MODELS[name](input_shape, num_classes)
+    return resolve("model", name)(input_shape, num_classes)

@@ -235,7 +235,9 @@ PRUNERS: dict[str, Pruner] = {
 
 def prune(model: nn.Module, masks: Masks, rate: float, method: str, batches: Batches) -> Masks:
     """New masks with a fraction `rate` of the remaining weights removed, applied to the model."""
-    pruner = PRUNERS[method]
+    from trainables.plugins import resolve
+
+    pruner = resolve("pruner", method)
     scores = pruner.score(model, masks, batches)
     new = {n: m.to(scores[n].device) for n, m in pruner.select(scores, masks, rate).items()}
     apply_masks(model, new)

@@ -90,10 +90,15 @@ class ExperimentSpec:
         )
 
     def chain_fingerprint(self) -> str:
-        """What a chained checkpoint must agree on: the network, the data and the pruning."""
+        """What a chained checkpoint must agree on: the network, the data and the pruning (for an import path,
+        also its module file's hash)."""
+        from trainables.plugins import spec_sources
+
         keys = ("model", "dataset", "pruner", "rate", "weights", "rewind_epoch", "val_fraction",
                 "test_fraction", "num_samples", "split_seed")
-        blob = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True)
+        fields: dict[str, Any] = {k: getattr(self, k) for k in keys}
+        fields |= {f"{kind}_sha256": source["sha256"] for kind, source in spec_sources(self).items()}
+        blob = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def with_schedule(self, **changes: Any) -> "ExperimentSpec":
@@ -126,13 +131,10 @@ def _choice(value: str, allowed: tuple[str, ...] | list[str], name: str) -> None
 
 def validate(s: ExperimentSpec) -> None:
     """Raise SpecError naming the first invalid field."""
-    from trainables.data import DATASETS
-    from trainables.models import MODELS
-    from trainables.pruning import PRUNERS
+    from trainables.plugins import KINDS, resolve
 
-    _choice(s.model, sorted(MODELS), "model")
-    _choice(s.dataset, sorted(DATASETS), "dataset")
-    _choice(s.pruner, sorted(PRUNERS), "pruner")
+    for kind in KINDS:  # model, dataset, pruner: a registry name or an import path
+        resolve(kind, getattr(s, kind))
     _fraction(s.rate, "rate")
     if not isinstance(s.cycles, int) or s.cycles < 0:
         raise SpecError("cycles", f"must be an integer >= 0, got {s.cycles!r}")
