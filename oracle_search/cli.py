@@ -11,8 +11,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from oracle_search.config import SPEC_KEY, base_spec, dump, options, parse_args
+from oracle_search.config import add_options as add_config_options
 from trainables.checkpoints import CheckpointError
 from trainables.data import DataError
+from trainables.plugins import record_sources
 from trainables.presets import DEFAULT_PRESET, PRESETS
 from trainables.schedules import SCHEDULE_NAMES, SiloParams, silo_max_lr
 from trainables.spec import ExperimentSpec, Resources, SpecError, validate_silo
@@ -70,13 +73,12 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
         for opt, (_, typ, text) in RESOURCE_OVERRIDES.items():
             r.add_argument(opt, type=typ, help=text)
         r.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
+    add_config_options(p)
 
 
 def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
     """The preset with every given override applied; validation raises SpecError naming the field."""
-    if args.preset not in PRESETS:
-        raise SpecError("preset", f"unknown {args.preset!r}; allowed: {', '.join(sorted(PRESETS))}")
-    spec = PRESETS[args.preset].spec
+    spec = base_spec(args.preset, getattr(args, SPEC_KEY, None))  # the preset under an experiment file's fields
     changes: dict[str, Any] = {}
     for opt, (name, _, _) in SPEC_OVERRIDES.items():
         value = getattr(args, opt[2:].replace("-", "_"), None)
@@ -119,6 +121,7 @@ def prepare_out(out: Path, spec: ExperimentSpec) -> None:
         old = ExperimentSpec.from_dict(json.loads(saved.read_text()))
         if dataclasses.replace(old, resources=Resources()) != dataclasses.replace(spec, resources=Resources()):
             raise SpecError("out", f"{out} holds a run of a different experiment; use a new --out")
+        record_sources(out, spec)  # an import path's code must be unchanged too
         return
     from oracle_search.results import atomic_write_json
 
@@ -129,6 +132,7 @@ def prepare_out(out: Path, spec: ExperimentSpec) -> None:
     if stored["resources"]["storage_path"]:
         stored["resources"]["storage_path"] = redact(stored["resources"]["storage_path"])
     atomic_write_json(saved, stored)
+    record_sources(out, spec)
 
 
 def check_inputs(args: argparse.Namespace, spec: ExperimentSpec) -> None:
@@ -460,7 +464,10 @@ def build_parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_args(build_parser(), argv)  # with --config FILE, the file's values under the flags
+        if getattr(args, "print_config", False):
+            print(dump(spec_from_args(args), options(args)), end="")
+            return 0
         return args.run(args)
     except (InvalidInput, SpecError, DataError, CheckpointError) as err:
         message = f"{err.field}: {err}" if isinstance(err, CheckpointError) else err  # it names only the file

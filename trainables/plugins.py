@@ -211,3 +211,28 @@ def runtime_env(spec: "ExperimentSpec") -> dict[str, Any] | None:
     that the spec's import paths need and that is not installed in the library folders; None when there is none."""
     modules = sorted({m for kind in KINDS if (m := shipped_module(kind, getattr(spec, kind)))})
     return {"py_modules": modules} if modules else None
+
+
+SOURCES_FILE = "sources.json"
+
+
+def record_sources(out: Path, spec: "ExperimentSpec") -> None:
+    """Part of a run's identity in `out`: the import paths' module hashes. A rerun whose code changed since is
+    refused (SpecError naming the field) instead of reusing trials trained with the old code."""
+    import json
+
+    from trainables.spec import SpecError
+
+    path = out / SOURCES_FILE
+    sources = spec_sources(spec)
+    if path.exists():
+        stored = json.loads(path.read_text())
+        for kind, source in sources.items():
+            if stored.get(kind) != source:
+                raise SpecError(kind, f"{source['path']!r} is not the code {out} was run with (its module file "
+                                      "changed since); use a new --out")
+        return
+    if sources:
+        tmp = path.with_name(f".{SOURCES_FILE}.tmp")
+        tmp.write_text(json.dumps(sources, indent=1, sort_keys=True))
+        os.replace(tmp, path)
