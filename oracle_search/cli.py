@@ -15,7 +15,7 @@ from oracle_search.config import SPEC_KEY, base_spec, dump, options, parse_args
 from oracle_search.config import add_options as add_config_options
 from trainables.checkpoints import CheckpointError
 from trainables.data import DataError
-from trainables.plugins import record_sources
+from trainables.plugins import record_sources, runtime_env
 from trainables.presets import DEFAULT_PRESET, PRESETS
 from trainables.schedules import SCHEDULE_NAMES, SiloParams, silo_max_lr
 from trainables.spec import ExperimentSpec, Resources, SpecError, validate_silo
@@ -141,6 +141,7 @@ def check_inputs(args: argparse.Namespace, spec: ExperimentSpec) -> None:
     from trainables.data import load_data
 
     load_data(spec)
+    runtime_env(spec)  # the import paths' modules can be shipped to Ray workers
     res = spec.resources
     if not getattr(args, "address", None):
         import os

@@ -199,7 +199,9 @@ def shipped_module(kind: str, name: str) -> str | None:
     if top in OWN_PACKAGES:
         return None
     module = importlib.import_module(top)
-    locations = list(getattr(module, "__path__", [])) or [getattr(module, "__file__", None)]
+    # A namespace package lists a folder once per sys.path entry naming it ("" and the working directory too).
+    locations = list(dict.fromkeys(str(Path(p).resolve()) for p in getattr(module, "__path__", [])))
+    locations = locations or [getattr(module, "__file__", None)]
     if len(locations) != 1 or locations[0] is None:
         raise SpecError(kind, f"{top!r} spans {len(locations)} folders; Ray can ship a package from one folder only")
     location = Path(locations[0])

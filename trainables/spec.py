@@ -20,7 +20,10 @@ class SpecError(ValueError):
 
     def __init__(self, field_name: str, message: str):
         super().__init__(f"{field_name}: {message}")
-        self.field = field_name
+        self.field, self.message = field_name, message
+
+    def __reduce__(self):  # raised in a Ray worker, it is pickled and copied on its way to the driver
+        return type(self), (self.field, self.message)
 
 
 @dataclass(frozen=True)
