@@ -104,7 +104,7 @@ def _typed(value: Any, hint: Any, name: str, path: Path) -> Any:
           float: isinstance(value, int | float) and not isinstance(value, bool),
           str: isinstance(value, str)}.get(hint, True)
     if not ok:
-        raise SpecError(name, f"must be a {hint.__name__} in {path}, got {value!r}")
+        raise SpecError(name, f"expected {hint.__name__} in {path}, got {value!r}")
     return float(value) if hint is float else value
 
 
@@ -166,13 +166,19 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
+    pre.add_argument("--print-config", action="store_true")
     known, _ = pre.parse_known_args(argv)
     commands = _subparsers(parser)
     command = next((a for a in argv if a in commands), None)
-    if known.config is None or command is None:
+    if command is None:
+        return parser.parse_args(argv)
+    sub = commands[command]
+    if known.print_config:  # printing runs nothing, so nothing is required
+        for action in _actions(sub):
+            action.required = False
+    if known.config is None:
         return parser.parse_args(argv)
     experiment = load(known.config)
-    sub = commands[command]
     allowed = {a.dest for p in commands.values() for a in _actions(p)}
     by_dest = {a.dest: a for a in _actions(sub)}
     defaults: dict[str, Any] = {SPEC_KEY: experiment.spec}
