@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from oracle_search import config
+from oracle_search.config import tomllib  # tomli on Python 3.10
 from oracle_search.cli import build_parser, main, prepare_out, spec_from_args
 from trainables.presets import PRESETS
 from trainables.schedules import SiloParams
