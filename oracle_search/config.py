@@ -41,6 +41,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 OPTIONS_TABLE = "options"
 SPEC_KEY = "config_spec"  # where the file's spec fields wait on the parsed arguments for spec_from_args
 NOT_OPTIONS = {"help", "command", "run", "config", "print_config", SPEC_KEY}
+SECRET_OPTIONS = {"study_storage"}  # URLs that may hold a password
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,10 +212,17 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
 # --- writing -----------------------------------------------------------------------------------------------------
 
 def dump(spec: ExperimentSpec, opts: dict[str, Any] | None = None) -> str:
-    """The experiment as TOML: the whole spec (None fields left out) and the command options."""
+    """The experiment as TOML: the whole spec (None fields left out) and the command options. Storage URLs are
+    redacted, as in spec.json: a password never reaches the output (give it again, or put it in ~/.pgpass)."""
+    from oracle_search.security import redact
+
+    d = spec.to_dict()
+    if d["resources"]["storage_path"]:
+        d["resources"]["storage_path"] = redact(d["resources"]["storage_path"])
+    opts = {k: redact(v) if k in SECRET_OPTIONS and isinstance(v, str) else v for k, v in (opts or {}).items()}
     tables: dict[str, dict] = {}
     top = {}
-    for key, value in spec.to_dict().items():
+    for key, value in d.items():
         (tables if isinstance(value, dict) else top)[key] = value
     lines = [f"{k} = {_value(v)}" for k, v in top.items() if v is not None]
     for name, table in tables.items():

@@ -164,6 +164,14 @@ def test_an_option_of_the_wrong_type_fails_as_the_flag_would(tmp_path, capsys):
     assert main(["oracle", "--config", str(path), "--seeds", "2", "--print-config"]) == 0  # the flag wins
 
 
+def test_print_config_prints_no_password(tmp_path, capsys):
+    url = "postgresql+psycopg2://optuna:s3cr3t-pw@db.internal:5432/optuna"
+    assert main(["fit-silo", "--preset", "tiny", "--study-storage", url, "--storage-path",
+                 "s3://bucket/x?secret_key=s3cr3t-key", "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert "s3cr3t" not in printed and "optuna:***@db.internal" in printed and "secret_key=***" in printed
+
+
 def test_a_missing_or_foreign_file_exits_2(tmp_path, capsys):
     assert main(["oracle", "--config", str(tmp_path / "nope.toml"), "--out", "x"]) == 2
     assert "config: cannot read" in capsys.readouterr().err
