@@ -96,6 +96,18 @@ class ExperimentSpec:
         blob = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def training_fingerprint(self) -> str:
+        """What two trainings of the same (cycle, seed, start, peak) must agree on to be identical: every science
+        field, with the schedule as trained (SILO trains LR warmup at a peak its curve gives, so a SILO cycle at
+        peak x is the LR-warmup cycle at x)."""
+        d = self.to_dict()
+        for name in ("preset", "resources", "grid"):
+            d.pop(name)
+        if d["schedule"]["name"] == "silo":
+            d["schedule"]["name"] = "warmup"
+        d["schedule"].pop("silo")
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
     def with_schedule(self, **changes: Any) -> "ExperimentSpec":
         return dataclasses.replace(self, schedule=dataclasses.replace(self.schedule, **changes))
 
