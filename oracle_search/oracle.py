@@ -79,6 +79,8 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
     for cycle in range(spec.cycles + 1):
         starts = {s: outcomes[-1].selected[s] if outcomes else None for s in seeds}
         values = bracket(grid, outcomes[-1].choice.best) if outcomes and use_bracket else sorted(grid)
+        if outcomes:  # the dense best at every cycle: §3.1's statistics at one fixed max_lr
+            values = sorted({*values, outcomes[0].choice.best})
         say(f"oracle cycle {cycle}: {len(values)} max_lr x {len(seeds)} seed(s)")
         rows: list[dict] = []
         stage, rounds, choice = Stage.GRID, 0, None
