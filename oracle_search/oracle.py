@@ -94,6 +94,7 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
             stage, rounds = Stage.REFINE, rounds + 1 if values else rounds
         if choice is None:
             say(f"  cycle {cycle}: every max_lr diverged on some seed; the Oracle stops here")
+            runner.write_results()
             break
         ledger_rows = runner.ledger.rows()  # read once per cycle, not once per seed
         at_best = {r["seed"]: r for r in rows if f"{r['max_lr']:.6g}" == f"{choice.best:.6g}"}
