@@ -43,7 +43,8 @@ def norms_after(model: nn.Module) -> dict[str, tuple[str, nn.Module]]:
     BatchNorm normalises as many channels as the layer outputs (the LAP reference's `get_bn_weights` pairing).
 
     Module order is the layer sequence, not the graph: a DenseNet BatchNorm that reads a concatenation starting
-    with this layer's output pairs with it too (its first channels are this layer's).
+    with this layer's output pairs with it too (its first channels are this layer's), and so would, wrongly, a
+    pre-activation network's BatchNorm that reads a residual sum of matching width (none in `MODELS`).
     """
     out, last = {}, None
     for name, module in model.named_modules():
@@ -313,23 +314,17 @@ def channel_masks(model: nn.Module, masks: Masks) -> Masks:
     stays silent through retraining. For the structured pruner only: an unstructured pruner that happens to empty
     a row leaves its constant in place, as the reference implementations do.
     """
-    out = {}
+    params = dict(model.named_parameters())
     norms = norms_after(model)
+    out = {}
     for name, mask in masks.items():
-        if name.endswith("in_proj_weight"):  # attention's packed projection: its rows are no channels of a module
-            continue
         alive = mask.flatten(1).any(1)
         if alive.all():
             continue
-        module = model.get_submodule(name.rpartition(".")[0])
-        prefix = name.rpartition(".")[0]
-        if getattr(module, "bias", None) is not None:
-            out[f"{prefix}.bias" if prefix else "bias"] = alive.clone()
+        silenced = [name[:-len("weight")] + "bias"]  # X.weight → X.bias, X.in_proj_weight → X.in_proj_bias
         if name in norms:
-            bn_name, bn = norms[name]
-            for param in ("weight", "bias"):
-                if getattr(bn, param) is not None:
-                    out[f"{bn_name}.{param}"] = alive.clone()
+            silenced += [f"{norms[name][0]}.weight", f"{norms[name][0]}.bias"]
+        out.update({n: alive.clone() for n in silenced if n in params})
     return out
 
 
