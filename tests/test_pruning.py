@@ -1,6 +1,7 @@
 """Every pruner against a brute-force computation (Python loops and a sort) on small networks, and LAP against
 brute-force computations written from its reference implementation's definitions (alinlab/lookahead_pruning)."""
 import dataclasses
+import hashlib
 import math
 
 import pytest
@@ -9,6 +10,7 @@ from torch import nn
 from torchvision.models import VisionTransformer
 
 from oracle_search.cli import build_parser, spec_from_args
+from trainables.checkpoints import load_checkpoint
 from trainables.cycle import _prepare, run_cycle
 from trainables.data import load_data
 from trainables.models import MODELS
@@ -105,7 +107,6 @@ def brute_lap_global(model, batches):
 
 def brute_random(model, batches, seed=0):
     """The spec: a uniform draw per weight that depends on the trial seed (and nothing of the weights)."""
-    import hashlib
     alive = sum(p.numel() for p in prunable(model).values())  # the tests prune from full masks
     digest = hashlib.sha256(f"{seed}:{alive}".encode()).digest()
     g = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
@@ -474,7 +475,7 @@ def test_cycle_prunes_random_by_the_trial_seed_and_keeps_the_output_layer(tmp_pa
     assert density(masks[0]) == pytest.approx(80.0, abs=0.01)  # the output layer counts in the number removed
 
 
-def test_structured_silences_removed_channels_through_retraining(tmp_path):
+def test_structured_silences_removed_channels_through_retraining():
     """Issue 11: a removed channel's bias (and BatchNorm β) kept feeding a constant forward. Now its bias and its
     BatchNorm's γ and β are zero after pruning and stay zero through a cycle's training (momentum, weight decay);
     density counts the Conv/Linear weights only."""
@@ -506,7 +507,6 @@ def test_structured_silences_removed_channels_through_retraining(tmp_path):
 def test_structured_through_a_cycle(tmp_path):
     spec, start = tiny_start(tmp_path, pruner="l1_structured")
     result = run_cycle(spec, cycle=1, max_lr=0.1, seed=0, start_checkpoint=start, checkpoint_dir=tmp_path / "c1")
-    from trainables.checkpoints import load_checkpoint
     state = load_checkpoint(result.checkpoint)
     weights = [n for n, m in state["masks"].items() if m.dim() >= 2]
     biases = [n for n, m in state["masks"].items() if m.dim() == 1]
