@@ -61,6 +61,8 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
     for opt, (_, typ, text) in SPEC_OVERRIDES.items():
         g.add_argument(opt, type=typ, help=text)
     g.add_argument("--schedule", choices=SCHEDULE_NAMES, help="LR schedule within a cycle")
+    g.add_argument("--keep-output-dense", dest="prune_output", action="store_false", default=None,
+                   help="never prune the output layer (OpenLTH's setting for its CIFAR models)")
     if cluster:
         r = p.add_argument_group("resources")
         for opt, (_, typ, text) in RESOURCE_OVERRIDES.items():
@@ -80,6 +82,8 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
             changes[name] = value
     if "optimizer" in changes:
         changes["optimizer"] = dataclasses.replace(spec.optimizer, name=changes["optimizer"])
+    if getattr(args, "prune_output", None) is not None:
+        changes["prune_output"] = args.prune_output
     if getattr(args, "schedule", None):
         changes["schedule"] = dataclasses.replace(spec.schedule, name=args.schedule)
     res = {name: v for opt, (name, _, _) in RESOURCE_OVERRIDES.items()
