@@ -63,6 +63,20 @@ def _max_lr_plot(df: pd.DataFrame, spec: dict | None, tol: float) -> Plot | None
                 "(Theorem 2, Remark 2) scaled to the dense max_lr.", png)
 
 
+def _silo_fit_note(out_dir: Path) -> str | None:
+    """silo_fit's search space and objective, as the pipeline recorded them."""
+    path = out_dir / "silo_fit.json"
+    if not path.exists():
+        return None
+    fit = json.loads(path.read_text())
+    sp = fit["space"]
+    return (f"SILO (fit): Optuna TPE over ε ∈ [{sp['epsilon'][0]:.4g}, {sp['epsilon'][1]:.4g}] (log), "
+            f"δ ∈ [{sp['delta'][0]:.4g}, {sp['delta'][1]:.4g}], q ∈ {{{sp['q'][0]}..{sp['q'][1]}}}, "
+            f"β ∈ [{sp['beta'][0]:g}, {sp['beta'][1]:g}]; objective: {fit['objective']} on tuning seed(s) "
+            f"{fit['seeds']}; {fit['trials']} trials. SILO (paper): q = 1, β = 5, ε = the Oracle's dense best, "
+            "δ by validation accuracy at the last cycle.")
+
+
 def _summary_section(df: pd.DataFrame, spec: dict | None, tol: float) -> Section:
     """The answer first: the verdicts, SILO's cost against the Oracle's, the best method per density, the figure."""
     section = Section("The answer")
@@ -196,6 +210,8 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE) -> dict[str, Pa
         df = results_frame(df.to_dict("records")) if set(REQUIRED) <= set(df.columns) else df
         sections = [_summary_section(df, spec, tolerance), _oracle_section(df, spec, tolerance),
                     _accuracy_section(df), _cost_section(df), _statistics_section(df)]
+    if not df.empty and (note := _silo_fit_note(out_dir)) is not None:
+        sections[0].notes.append(note)
     title = "Oracle search report" + ("" if df.empty else f": {df['experiment'].iloc[0]}")
     written: dict[str, Path] = {}
     for s in sections:

@@ -147,6 +147,10 @@ def _fit(runner, options: FitOptions):
         runner.progress.say(f"silo_fit: ε searched in [{dense / 2:.4g}, {dense * 2:.4g}] around the Oracle's "
                             f"dense max_lr {dense:.4g}")
     seeds = tuning_seeds(runner.spec, options.seeds)
+    target = runner.spec.cycles if options.target_cycle is None else options.target_cycle
+    atomic_write_json(runner.out / "silo_fit.json", {  # what the report prints as silo_fit's search
+        "space": dataclasses.asdict(space), "trials": options.trials, "seeds": seeds, "target_cycle": target,
+        "objective": f"seed-mean validation accuracy at cycle {target}"})
     return fitter.fit_silo(runner, seeds, options.trials, space, options.storage, runner.slots(len(seeds)),
                            options.target_cycle, dense)
 
