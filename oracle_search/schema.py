@@ -132,7 +132,7 @@ def results_frame(rows: Iterable[dict]) -> pd.DataFrame:
         frame[col] = frame[col].fillna(0).astype(bool)
     frame["fused"] = frame["fused"].fillna(1).astype(int)
     for col in ("training", "key", "checkpoint", "checkpoint_hash", "start_hash", "trial_id"):
-        frame[col] = frame[col].fillna("").astype(str)
+        frame[col] = frame[col].astype(object).fillna("").astype(str)
     return frame.sort_values(SORT, na_position="first", kind="stable").reset_index(drop=True)
 
 
