@@ -294,3 +294,16 @@ def test_report_without_results_exits_2_naming_dir_and_writes_nothing(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "DIR" in err[0]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_a_results_table_missing_a_column_exits_2_naming_it_and_writes_nothing(tmp_path, capsys, fmt):
+    table = pd.DataFrame(hand_rows()).drop(columns=["selected", "val_acc"])
+    if fmt == "parquet":
+        table.to_parquet(tmp_path / "results.parquet")
+    else:
+        table.to_csv(tmp_path / "results.csv", index=False)
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "DIR" in err[0] and "val_acc" in err[0] and "selected" in err[0]
+    assert [p.name for p in tmp_path.iterdir()] == [f"results.{fmt}"]
