@@ -60,7 +60,8 @@ def realistic(methods: tuple[str, ...] = ("oracle", "silo_paper", "silo_fit", *B
             for seed in SEEDS:
                 start = f"s{seed}c{cycle - 1}lr{chosen:.4g}" if cycle else ""
                 for lr, stage in [*((g, "grid") for g in GRID), (0.06 * 1.6**cycle, "refine")]:
-                    add("oracle", stage, seed, cycle, lr, start_hash=start, checkpoint_hash=f"s{seed}c{cycle}lr{lr:.4g}")
+                    add("oracle", stage, seed, cycle, lr, start_hash=start,
+                        checkpoint_hash=f"s{seed}c{cycle}lr{lr:.4g}")
                 add("oracle", "grid", seed, cycle, 5.0, diverged=True, val_acc=10.0, start_hash=start)
             trained = pd.DataFrame(rows[first:])
             means = trained[~trained["diverged"]].groupby("max_lr")["val_acc"].mean()
@@ -307,3 +308,14 @@ def test_a_results_table_missing_a_column_exits_2_naming_it_and_writes_nothing(t
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "DIR" in err[0] and "val_acc" in err[0] and "selected" in err[0]
     assert [p.name for p in tmp_path.iterdir()] == [f"results.{fmt}"]
+
+
+def test_cost_csv_counts_the_trainings_each_method_ran(report):
+    out, _ = report
+    cost = pd.read_csv(out / "tables/cost.csv").set_index("method")
+    # Oracle: 5 cycles x 3 seeds x (7 grid + 1 refine + 1 diverged); silo_paper: 3 tuning rows, one reused,
+    # + 15 final; silo_fit: 4 fit + 15 final; each baseline: 7 tune + 15 final.
+    assert cost["trainings"].to_dict() == {"oracle": 135, "silo_paper": 17, "silo_fit": 19, "constant": 22,
+                                           "warmup": 22}
+    assert cost["reused"].to_dict() == {"oracle": 0, "silo_paper": 1, "silo_fit": 0, "constant": 0, "warmup": 0}
+    assert cost["epochs"].to_dict() == {m: 20 * n for m, n in cost["trainings"].items()}
