@@ -287,11 +287,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from analysis.files import read_results
     from analysis.report import write_report
+    from oracle_search.schema import REQUIRED
 
     out = Path(args.dir)
     if not ((out / "results.parquet").exists() or (out / "results.csv").exists()):
         raise SpecError("DIR", f"no results table in {out}")
+    missing = [c for c in REQUIRED if c not in read_results(out).columns]
+    if missing:
+        raise SpecError("DIR", f"the results table in {out} lacks the column(s) {', '.join(missing)}")
     paths = write_report(out)
     for name, path in paths.items():
         print(f"{name}: {path}")

@@ -125,14 +125,14 @@ def results_frame(rows: Iterable[dict]) -> pd.DataFrame:
         if col not in frame:
             frame[col] = getattr(defaults, col)
     if "pruned" in frame:  # tables written before the rename
-        frame["stopped_early"] = frame["stopped_early"] | frame.pop("pruned").fillna(False).astype(bool)
+        frame["stopped_early"] = frame["stopped_early"] | frame.pop("pruned").fillna(0).astype(bool)
     frame = frame[COLUMNS]
     frame["gpu_ids"] = frame["gpu_ids"].map(lambda v: ",".join(map(str, v)) if isinstance(v, list) else (v or ""))
     for col in FLAGS:
-        frame[col] = frame[col].fillna(False).astype(bool)
+        frame[col] = frame[col].fillna(0).astype(bool)
     frame["fused"] = frame["fused"].fillna(1).astype(int)
     for col in ("training", "key", "checkpoint", "checkpoint_hash", "start_hash", "trial_id"):
-        frame[col] = frame[col].fillna("").astype(str)
+        frame[col] = frame[col].astype(object).fillna("").astype(str)
     return frame.sort_values(SORT, na_position="first", kind="stable").reset_index(drop=True)
 
 
