@@ -58,8 +58,8 @@ def headline(pooled: pd.DataFrame, tol: float = TOLERANCE) -> list[str]:
         other = count_inside(pooled, f"{method}_{'inside' if column == 'noise_inside' else 'noise_inside'}")[0]
         lines.append(f"{label(method)} inside the {kind} Oracle interval at {k} of {judged} cycles "
                      f"(n = {n} tuning seed{'s' * (n != 1)}, tolerance {tol:g} points"
-                     + (f", 95 % one-sided; the paper's interval: {other} of {judged})" if column == "noise_inside"
-                        else f"; fewer than 3 seeds, so not the noise-aware interval (it gives {other} of {judged}))"))
+                     + (f", 95 % one-sided; the paper's interval: {other} of {judged})." if column == "noise_inside"
+                        else f"; fewer than 3 seeds, so not the noise-aware interval, which gives {other} of {judged})."))
     if not lines:
         lines.append(f"No SILO rows; {int(pooled['noise_contiguous'].sum())} of {len(pooled)} noise-aware Oracle "
                      f"intervals contiguous (n = {n}).")

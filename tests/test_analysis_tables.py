@@ -242,9 +242,9 @@ def test_oracle_table_paper_layout_with_both_intervals_and_both_silo_variants():
     lines = headline(oracle_intervals(results_frame(oracle_rows() + silo_rows())))
     assert lines == [
         "SILO (paper) inside the noise-aware Oracle interval at 2 of 2 cycles (n = 3 tuning seeds, tolerance 0.5 "
-        "points, 95 % one-sided; the paper's interval: 1 of 2)",
+        "points, 95 % one-sided; the paper's interval: 1 of 2).",
         "SILO (fit) inside the noise-aware Oracle interval at 1 of 2 cycles (n = 3 tuning seeds, tolerance 0.5 "
-        "points, 95 % one-sided; the paper's interval: 0 of 2)",
+        "points, 95 % one-sided; the paper's interval: 0 of 2).",
     ]
     assert table.verdict == " ".join(lines)
 
@@ -256,9 +256,9 @@ def test_headline_uses_the_papers_interval_below_three_seeds():
     # cycle 1's are both [0.1, 0.4]. SILO (fit) at 0.2 then 0.4 is inside the paper's once, the noise-aware twice.
     assert lines == [
         "SILO (paper) inside the paper's Oracle interval at 2 of 2 cycles (n = 2 tuning seeds, tolerance 0.5 "
-        "points; fewer than 3 seeds, so not the noise-aware interval (it gives 2 of 2))",
+        "points; fewer than 3 seeds, so not the noise-aware interval, which gives 2 of 2).",
         "SILO (fit) inside the paper's Oracle interval at 1 of 2 cycles (n = 2 tuning seeds, tolerance 0.5 "
-        "points; fewer than 3 seeds, so not the noise-aware interval (it gives 2 of 2))",
+        "points; fewer than 3 seeds, so not the noise-aware interval, which gives 2 of 2).",
     ]
     no_silo = headline(oracle_intervals(results_frame(oracle_rows())))
     assert no_silo == ["No SILO rows; 2 of 2 noise-aware Oracle intervals contiguous (n = 3)."]
