@@ -260,8 +260,8 @@ def test_fused_trial_through_tune_matches_in_process(ray_local, tmp_path):
 @pytest.mark.slow
 def test_gpu_tune_trial_script_runs_degraded_on_cpu():
     """benchmarks/gpu_tune_trial.py --cpu: the same Tune trials (a fake GPU resource, CUDA absent) end to end."""
-    env = os.environ | {"PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "benchmarks/gpu_tune_trial.py", "--cpu"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=240)
+    env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "benchmarks/gpu_tune_trial.py", "--cpu", "--k", "2", "--per-file", "30"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "cycle trial ok" in done.stdout and "fused trial ok" in done.stdout
