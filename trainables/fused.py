@@ -98,7 +98,8 @@ class FusedOptimizer:
             if p.grad is None:
                 continue
             lr_p = lr.view(-1, *[1] * (p.dim() - 1))
-            grad = p.grad.add(p, alpha=o.weight_decay) if o.weight_decay != 0 else p.grad
+            grad = p.grad.add_(p, alpha=o.weight_decay) if o.weight_decay != 0 else p.grad  # in place: the
+            # gradient is not read again, and K copies of a big network leave no room for a temporary
             s = self.state.setdefault(name, {})
             if o.name == "sgd":
                 if o.momentum != 0:
@@ -107,7 +108,7 @@ class FusedOptimizer:
                     else:
                         s["momentum"].mul_(o.momentum).add_(grad)
                     grad = s["momentum"]
-                p.sub_(lr_p * grad)
+                p.addcmul_(grad, lr_p, value=-1)
             elif o.name == "adam":
                 b1, b2 = self.betas
                 m = s.setdefault("exp_avg", torch.zeros_like(p))
@@ -115,7 +116,7 @@ class FusedOptimizer:
                 m.lerp_(grad, 1 - b1)
                 v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
                 denom = (v.sqrt() / (1 - b2 ** self.steps) ** 0.5).add_(self.eps)
-                p.sub_((lr_p / (1 - b1 ** self.steps)) * (m / denom))
+                p.sub_(m.div(denom).mul_(lr_p / (1 - b1 ** self.steps)))
             else:  # rmsprop
                 sq = s.setdefault("square_avg", torch.zeros_like(p))
                 sq.mul_(self.alpha).addcmul_(grad, grad, value=1 - self.alpha)
@@ -123,9 +124,9 @@ class FusedOptimizer:
                 if o.momentum > 0:
                     buf = s.setdefault("momentum", torch.zeros_like(p))
                     buf.mul_(o.momentum).addcdiv_(grad, avg)
-                    p.sub_(lr_p * buf)
+                    p.addcmul_(buf, lr_p, value=-1)
                 else:
-                    p.sub_(lr_p * (grad / avg))
+                    p.sub_(grad.div(avg).mul_(lr_p))
 
     def keep(self, slots: list[int], params: State) -> None:
         """Follow `Fused.keep`: the same slots of every buffer, and the new parameter tensors."""
@@ -157,6 +158,7 @@ def fused_step(fused: Fused, optimizer: FusedOptimizer, masks: Masks, x: torch.T
         optimizer.step(lr)
         for name, mask in masks.items():
             fused.params[name].mul_(mask)  # weight decay and momentum must not revive pruned weights
+    fused.zero_grad()  # K networks' gradients need not outlive the step (they would through the next forward)
     return losses.detach()
 
 
