@@ -192,6 +192,7 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
     started = time.perf_counter()
     device = resolve_device(spec.device)
     data = load_data(spec).to(device)
+    # One prune of the shared start: every candidate's mask is this one, broadcast over the stack.
     model, masks, rewind, start_hash = _prepare(spec, cycle, seed, start_checkpoint, data, device)
     start_state = _state_copy(model)
     k = len(max_lrs)
