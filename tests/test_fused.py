@@ -225,36 +225,44 @@ def test_fused_trainer_and_its_benchmark_need_only_torch_and_numpy():
     assert all(float(v) > 0 for line in lines for v in line[2:5])
 
 
-def test_fused_trial_through_tune_matches_in_process(ray_local, tmp_path):
-    """fused_cycle_trainable in a real Tuner: one result holding K rows, one checkpoint with a chainable
-    subfolder per candidate, the same numbers as run_fused_cycle in this process."""
+def test_fused_trials_through_tune_match_in_process(ray_local, tmp_path):
+    """fused_cycle_trainable in a real Tuner (cycle 0, and cycle 1 from a start checkpoint): one result holding
+    K rows, one checkpoint with a chainable subfolder per candidate, the numbers of run_fused_cycle here."""
     from ray import tune
 
     from trainables.tune_adapter import fused_cycle_trainable
 
-    local = run_fused_cycle(TINY, cycle=0, max_lrs=LRS, seed=1)
+    local = {0: run_fused_cycle(TINY, cycle=0, max_lrs=LRS, seed=1, checkpoint_dirs=[tmp_path / f"c{i}" for i in
+                                                                                   range(len(LRS))])}
+    start = local[0][0].checkpoint
+    local[1] = run_fused_cycle(TINY, cycle=1, max_lrs=LRS, seed=1, start_checkpoint=start)
     keys = [f"k{i}" for i in range(len(LRS))]
-    tuner = tune.Tuner(tune.with_resources(fused_cycle_trainable, {"cpu": 1}),
-                       param_space={"spec": TINY, "cycle": 0, "max_lrs": LRS, "seed": 1, "start_checkpoint": None,
-                                    "keys": keys},
+    param_space = {"spec": TINY, "cycle": tune.grid_search([0, 1]), "max_lrs": LRS, "seed": 1, "keys": keys,
+                   "start_checkpoint": tune.sample_from(lambda s: start if s.config["cycle"] else None)}
+    tuner = tune.Tuner(tune.with_resources(fused_cycle_trainable, {"cpu": 1}), param_space=param_space,
                        run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), name="fused", verbose=0))
-    [result] = list(tuner.fit())
-    assert result.error is None
-    rows = result.metrics["fused_rows"]
-    assert result.metrics["gpu_ids"] == [] and result.metrics["node_id"]
-    assert [r["key"] for r in rows] == keys and [r["fused"] for r in rows] == [3, 3, 3]
-    assert [r["checkpoint_subdir"] for r in rows] == ["cand00", "cand01", "cand02"]
-    for row, expected in zip(rows, local):
-        for name in ("max_lr", "val_acc", "test_acc", "best_epoch", "epochs", "diverged", "density", "device"):
-            assert row[name] == getattr(expected, name), name
-        folder = Path(result.checkpoint.path) / row["checkpoint_subdir"]
-        assert checkpoint_hash(folder) == row["checkpoint_hash"]
-        assert load_checkpoint(folder)["metrics"]["max_lr"] == row["max_lr"]
+    results = tuner.fit()
+    assert not results.errors
+    assert sorted(r.metrics["fused_rows"][0]["cycle"] for r in results) == [0, 1]
+    for result in results:
+        rows = result.metrics["fused_rows"]
+        expected = local[rows[0]["cycle"]]
+        assert result.metrics["gpu_ids"] == [] and result.metrics["node_id"]
+        assert [r["key"] for r in rows] == keys and [r["fused"] for r in rows] == [3, 3, 3]
+        assert [r["checkpoint_subdir"] for r in rows] == ["cand00", "cand01", "cand02"]
+        for row, want in zip(rows, expected):
+            for name in ("cycle", "max_lr", "val_acc", "test_acc", "best_epoch", "epochs", "diverged", "density",
+                         "device", "start_hash"):
+                assert row[name] == getattr(want, name), name
+            folder = Path(result.checkpoint.path) / row["checkpoint_subdir"]
+            assert checkpoint_hash(folder) == row["checkpoint_hash"]
+            assert load_checkpoint(folder)["metrics"]["max_lr"] == row["max_lr"]
     # A candidate's subfolder chains like any checkpoint.
-    best = max(rows, key=lambda r: r["val_acc"])
-    nxt = run_fused_cycle(TINY, cycle=1, max_lrs=[0.1], seed=1,
-                          start_checkpoint=str(Path(result.checkpoint.path) / best["checkpoint_subdir"]))
-    assert nxt[0].start_hash == best["checkpoint_hash"] and nxt[0].density == pytest.approx(80.0, abs=0.1)
+    second = next(r for r in results if r.metrics["fused_rows"][0]["cycle"] == 1)
+    row = second.metrics["fused_rows"][1]
+    nxt = run_fused_cycle(TINY, cycle=2, max_lrs=[0.1], seed=1,
+                          start_checkpoint=str(Path(second.checkpoint.path) / row["checkpoint_subdir"]))
+    assert nxt[0].start_hash == row["checkpoint_hash"] and nxt[0].density == pytest.approx(64.0, abs=0.1)
 
 
 @pytest.mark.slow
