@@ -32,6 +32,13 @@ from trainables.spec import ExperimentSpec, OptimizerSpec
 State = dict[str, torch.Tensor]
 
 
+def _float_input(_module: nn.Module, args: tuple) -> tuple:
+    """BatchNorm in float32 under bf16 autocast: vmap's BatchNorm backward on CUDA rejects a bf16 input with float32
+    running statistics (seen on an H200 with VGG-19-BN at K = 4), and float32 statistics are what run_cycle keeps."""
+    x = args[0]
+    return (x.float() if x.dtype in (torch.bfloat16, torch.float16) else x, *args[1:])
+
+
 @dataclass
 class Fused:
     """K copies of `model` stacked on a leading dimension; `model` is only the template `functional_call` runs."""
@@ -43,6 +50,9 @@ class Fused:
     @classmethod
     def replicate(cls, model: nn.Module, k: int) -> "Fused":
         params, buffers = stack_module_state([model] * k)
+        for module in model.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.register_forward_pre_hook(_float_input)
         return cls(model, params, buffers)
 
     @property
