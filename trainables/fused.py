@@ -36,7 +36,7 @@ def _float_input(_module: nn.Module, args: tuple) -> tuple:
     """BatchNorm in float32 under bf16 autocast: vmap's BatchNorm backward on CUDA rejects a bf16 input with float32
     running statistics (seen on an H200 with VGG-19-BN at K = 4), and float32 statistics are what run_cycle keeps."""
     x = args[0]
-    return (x.float() if x.dtype in (torch.bfloat16, torch.float16) else x, *args[1:])
+    return (x.float().contiguous() if x.dtype in (torch.bfloat16, torch.float16) else x, *args[1:])
 
 
 @dataclass
