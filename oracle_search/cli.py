@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -51,7 +52,8 @@ RESOURCE_OVERRIDES = {
     "--cpus-per-trial": ("cpus_per_trial", float, "CPUs per trial (fractions allowed)"),
     "--gpus-per-trial": ("gpus_per_trial", float, "GPUs per trial (fractions pack trials onto one GPU)"),
     "--max-concurrent": ("max_concurrent", int, "most trials at once (0: as many as fit)"),
-    "--storage-path": ("storage_path", str, "Tune storage: a shared folder or cloud URI (default: under --out)"),
+    "--storage-path": ("storage_path", str, "Tune storage: a shared folder or cloud URI (default: "
+                       "$ORACLE_SEARCH_STORAGE, else under --out)"),
 }
 
 
@@ -65,6 +67,8 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
         r = p.add_argument_group("resources")
         for opt, (_, typ, text) in RESOURCE_OVERRIDES.items():
             r.add_argument(opt, type=typ, help=text)
+        # cluster.yaml exports the cluster's shared storage to every node; an explicit option still wins.
+        p.set_defaults(storage_path=os.environ.get("ORACLE_SEARCH_STORAGE") or None)
         r.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
 
 
@@ -206,7 +210,8 @@ def cmd_cycle(args: argparse.Namespace) -> int:
     result = run_cycle(spec, cycle=args.cycle, max_lr=args.max_lr, seed=spec.seed, start_checkpoint=args.start,
                        checkpoint_dir=ckpt)
     row = result.row() | {"experiment": out.name, "method": spec.schedule.name, "stage": "single",
-                          "schedule": spec.schedule.name, "selected": True, "trial_id": "", "pruned": False}
+                          "schedule": spec.schedule.name, "selected": True, "trial_id": "",
+                          "stopped_early": False}
     row |= _silo_fields(spec)
     if args.json:
         # NaN is not JSON: a field that does not apply (e.g. epsilon off SILO) prints as null.
@@ -239,10 +244,17 @@ def _seeds(args: argparse.Namespace, spec: ExperimentSpec) -> list[int]:
     return list(range(spec.seed, spec.seed + args.seeds))
 
 
+def _oracle_schedule(spec: ExperimentSpec) -> None:
+    if spec.schedule.name == "silo":  # SILO sets max_lr itself: every grid value would train the same run
+        raise SpecError("schedule", "the Oracle trains every grid max_lr, which silo ignores; use another "
+                        "schedule (SILO is fitted by fit-silo)")
+
+
 def cmd_oracle(args: argparse.Namespace) -> int:
     from oracle_search.oracle import oracle_table, run_oracle
 
     spec = spec_from_args(args)
+    _oracle_schedule(spec)
     seeds = _seeds(args, spec)
     if args.refine < 0:
         raise SpecError("refine", f"must be >= 0, got {args.refine}")
@@ -298,27 +310,28 @@ def _fit(args: argparse.Namespace, runner, seeds: list[int], space, target: int)
 
 
 def cmd_fit_silo(args: argparse.Namespace) -> int:
+    from oracle_search.fitter import best_params
+
     spec = spec_from_args(args)
     seeds = _seeds(args, spec)
     space, target = _fit_options(args, spec)
     check_inputs(args, spec)
     with _runner(args, spec) as runner:
-        _fit(args, runner, seeds, space, target)
+        study = _fit(args, runner, seeds, space, target)
         runner.write_results()
+    best_params(study)  # FitFailed (exit 1) when every trial diverged or stopped early
     return 0
 
 
-def _fitted_params(args: argparse.Namespace, runner):
-    """SILO's fitted parameters from this --out's study, else the preset's, said plainly."""
-    import optuna
+def _fitted_params(args: argparse.Namespace, runner, seeds: list[int]):
+    """SILO's fitted parameters from this experiment's study, else the preset's, said plainly."""
+    from oracle_search.fitter import FitFailed, best_params, open_study
 
-    from oracle_search.fitter import best_params, open_study
-
-    study = open_study(runner.out, runner.spec, args.study_storage)
-    if any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials):
-        return best_params(study)
-    runner.progress.say("baselines: no fitted SILO study in this --out; SILO uses the preset's parameters")
-    return runner.spec.schedule.silo
+    try:
+        return best_params(open_study(runner.out, runner.spec, args.study_storage, seeds))
+    except FitFailed:
+        runner.progress.say("baselines: no fitted SILO study for this experiment; SILO uses the preset's parameters")
+        return runner.spec.schedule.silo
 
 
 def cmd_baselines(args: argparse.Namespace) -> int:
@@ -328,7 +341,7 @@ def cmd_baselines(args: argparse.Namespace) -> int:
     seeds = _seeds(args, spec)
     check_inputs(args, spec)
     with _runner(args, spec) as runner:
-        run_baselines(runner, seeds, list(spec.grid), _fitted_params(args, runner))
+        run_baselines(runner, seeds, list(spec.grid), _fitted_params(args, runner, seeds))
         runner.write_results()
     return 0
 
@@ -337,10 +350,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Oracle, then the SILO fitter, then the baselines, then the report: one resumable run on one --out."""
     from analysis.report import write_report
     from oracle_search.baselines import run_baselines
-    from oracle_search.fitter import best_params
+    from oracle_search.fitter import FitFailed, best_params
     from oracle_search.oracle import oracle_table, run_oracle
 
     spec = spec_from_args(args)
+    _oracle_schedule(spec)
     seeds = _seeds(args, spec)
     space, target = _fit_options(args, spec)
     if args.refine < 0:
@@ -354,8 +368,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         say("== 2/4 SILO fitter ==")
         study = _fit(args, runner, seeds, space, target)
         runner.write_results()
+        try:
+            fitted = best_params(study)
+        except FitFailed:  # the run fails (exit 1), but the report renders from what exists
+            write_report(runner.out)
+            raise
         say("== 3/4 baselines ==")
-        run_baselines(runner, seeds, list(spec.grid), best_params(study))
+        run_baselines(runner, seeds, list(spec.grid), fitted)
         runner.write_results()
     say("== 4/4 report ==")
     paths = write_report(runner.out)
@@ -366,11 +385,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from analysis.files import BadResults, check_results, results_path
     from analysis.report import write_report
 
     out = Path(args.dir)
-    if not ((out / "results.parquet").exists() or (out / "results.csv").exists()):
+    path = results_path(out)
+    if not path.exists():
         raise SpecError("DIR", f"no results table in {out}")
+    try:
+        check_results(path)
+    except BadResults as err:
+        raise SpecError("DIR", str(err)) from None
     paths = write_report(out)
     for name, path in paths.items():
         print(f"{name}: {path}")

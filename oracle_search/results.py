@@ -11,7 +11,7 @@ import pandas as pd
 
 COLUMNS = [
     "experiment", "method", "stage", "schedule", "seed", "cycle", "density", "max_lr", "val_acc", "test_acc",
-    "best_epoch", "epochs", "seconds", "device", "grad_std", "act_std", "diverged", "selected", "pruned",
+    "best_epoch", "epochs", "seconds", "device", "grad_std", "act_std", "diverged", "selected", "stopped_early",
     "trial_id", "study_trial", "checkpoint", "checkpoint_hash", "start_hash", "epsilon", "delta", "q", "beta",
     "grad_hist", "act_hist", "gpu_ids", "node_id", "key",
 ]
@@ -38,7 +38,7 @@ def results_frame(rows: Iterable[dict]) -> pd.DataFrame:
     frame = frame[COLUMNS]
     if "gpu_ids" in frame:
         frame["gpu_ids"] = frame["gpu_ids"].map(lambda v: ",".join(v) if isinstance(v, list) else (v or ""))
-    for col in ("diverged", "selected", "pruned"):
+    for col in ("diverged", "selected", "stopped_early"):
         frame[col] = frame[col].fillna(False).astype(bool)
     return frame.sort_values(SORT, na_position="first", kind="stable").reset_index(drop=True)
 
