@@ -126,12 +126,15 @@ def open_study(out: Path, spec: ExperimentSpec, storage_url: str | None, seeds: 
                target: int | None = None, storage: optuna.storages.BaseStorage | None = None) -> optuna.Study:
     """The study of this experiment; its pruner judges trials only from the middle of the cycles on."""
     target = spec.cycles if target is None else target
+    # Drivers sharing a study must not draw the same parameters: a shared storage seeds each by its --out.
+    seed = spec.seed if storage_url is None else int(hashlib.sha256(
+        f"{spec.seed}:{out.resolve()}".encode()).hexdigest()[:8], 16)
     return optuna.create_study(
         study_name=study_name(spec, seeds, target), storage=storage or make_storage(out, storage_url),
         direction="maximize", load_if_exists=True,
         # TPE's default 10 random start-up trials would be the whole of a small study. Several trials are asked
         # before the first is told: constant_liar (the default only from Optuna 5) keeps them apart.
-        sampler=optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=4, constant_liar=True),
+        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, constant_liar=True),
         # Cycles up to q measure epsilon alone, and delta acts as the network thins: judge a trial only from the
         # middle cycle on, and stop only the bottom quartile, since one seed's accuracy is noisy by a point.
         pruner=optuna.pruners.PercentilePruner(75.0, n_startup_trials=2,  # keeps the top 75 %
