@@ -136,11 +136,13 @@ def test_two_concurrent_drivers_share_one_study_and_train_no_trial_twice(pg_url,
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")  # this test asks by hand
 def test_a_dead_drivers_trial_is_taken_over_and_a_live_ones_is_not(pg_url, tmp_path, ray_local):
+    spec = dataclasses.replace(FAST_SPEC, rate=0.3)  # a study of its own on the session's server
     beat = Heartbeat(interval=1, grace=2)
     space = SearchSpace(epsilon=(0.02, 0.2), delta=(0.0, 0.3))
     storage = rdb_storage(pg_url, beat)
-    study = open_study(tmp_path, FAST_SPEC, pg_url, [0], 1, storage)
+    study = open_study(tmp_path, spec, pg_url, [0], 1, storage)
     study.enqueue_trial({"epsilon": 0.05, "delta": 0.1, "q": 1, "beta": 5.0})  # the fitter sees a used study
     dead, live = study.ask(), study.ask()
     for t in (dead, live):
@@ -161,7 +163,7 @@ def test_a_dead_drivers_trial_is_taken_over_and_a_live_ones_is_not(pg_url, tmp_p
         time.sleep(beat.grace + 1.5)
         out = tmp_path / "out"
         out.mkdir()
-        with Runner(out=out, spec=FAST_SPEC, experiment="pg", progress=Progress(io.StringIO())) as runner:
+        with Runner(out=out, spec=spec, experiment="pg", progress=Progress(io.StringIO())) as runner:
             fit_silo(runner, [0], 3, space, pg_url, parallel=1, target_cycle=1, heartbeat=beat)
     finally:
         stop.set()
