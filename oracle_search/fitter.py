@@ -170,8 +170,8 @@ def silo_spec(spec: ExperimentSpec, params: SiloParams) -> ExperimentSpec:
     return spec.with_schedule(name="silo", silo=params)
 
 
-def silo_tags(params: SiloParams, stage: str, **extra) -> dict:
-    return {"method": METHOD, "stage": stage, "schedule": "silo", **dataclasses.asdict(params), **extra}
+def silo_tags(params: SiloParams, stage: str, method: str = METHOD, **extra) -> dict:
+    return {"method": method, "stage": stage, "schedule": "silo", **dataclasses.asdict(params), **extra}
 
 
 @contextmanager
@@ -191,7 +191,8 @@ class Heartbeats:
 
     def __init__(self, study: optuna.Study, heartbeat: Heartbeat):
         self.study, self.heartbeat = study, heartbeat
-        self.storage: optuna.storages.BaseStorage | None = None
+        self.storage: optuna.storages.BaseStorage | None = None  # None: the storage has no heartbeats
+        self.study_id: int | None = None
         self.ids: dict[int, int] = {}  # trial number -> storage trial id
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -256,7 +257,7 @@ def _adopt_dead_trials(study: optuna.Study, heartbeats: Heartbeats, first: bool)
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             study.tell(t.number, state=TrialState.FAIL)
             _requeue(study, t)
-    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) - before
+    return max(0, len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) - before)  # about: others pop too
 
 
 def _active(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
