@@ -183,3 +183,19 @@ def test_compare_whose_fit_all_diverged_exits_1_after_writing_the_report(tmp_pat
     assert len(err) == 1 and err[0].startswith("oracle-search: failed: ") and "no completed trial" in err[0]
     assert "## Oracle max_lr and interval" in (out / "report.md").read_text()
     assert set(pd.read_parquet(out / "results.parquet")["method"]) == {"oracle", "silo_fit"}
+
+
+def test_a_killed_drivers_running_trial_in_the_journal_is_resumed_with_its_parameters(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = dataclasses.replace(PRESETS["tiny"].spec, cycles=1, epochs=2)
+    study = open_study(out, spec, None, [0], 1)
+    orphan = study.ask()  # a driver asked, then was killed: RUNNING in the journal, nobody trains it
+    fitter.suggest(orphan, SearchSpace.default(spec))
+    assert main(["fit-silo", *TINY_FAST, "--trials", "2", "--out", str(out)]) == 0
+    trials = load(out).trials
+    assert trials[orphan.number].state == optuna.trial.TrialState.FAIL
+    (resumed,) = [t for t in trials if t.user_attrs.get("resumes") == orphan.number]
+    assert resumed.params == trials[orphan.number].params and resumed.state.is_finished()
+    keys = {p.stem for p in (out / "ledger").glob("*.json")}
+    assert any(f"-t{orphan.number:04d}-c01-" in k for k in keys)  # its rows continue the orphan's ledger number
