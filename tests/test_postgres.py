@@ -102,12 +102,20 @@ FAST_SPEC = dataclasses.replace(PRESETS["tiny"].spec, cycles=1, epochs=2)
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
+@pytest.fixture
+def ray_up() -> None:
+    """Ray in this process, as the CLI starts it (or as an earlier in-process run left it)."""
+    from oracle_search.engine import connect
+
+    connect(None)
+
+
 def ledger(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((out / "ledger").glob("*.json"))]
 
 
 @pytest.mark.slow
-def test_two_concurrent_drivers_share_one_study_and_train_no_trial_twice(pg_url, tmp_path, ray_local):
+def test_two_concurrent_drivers_share_one_study_and_train_no_trial_twice(pg_url, tmp_path, ray_up):
     """Two fit-silo processes, 2 s apart, on one PostgreSQL study and one Ray, each with its own --out."""
     import ray
 
@@ -137,7 +145,7 @@ def test_two_concurrent_drivers_share_one_study_and_train_no_trial_twice(pg_url,
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")  # this test asks by hand
-def test_a_dead_drivers_trial_is_taken_over_and_a_live_ones_is_not(pg_url, tmp_path, ray_local):
+def test_a_dead_drivers_trial_is_taken_over_and_a_live_ones_is_not(pg_url, tmp_path, ray_up):
     spec = dataclasses.replace(FAST_SPEC, rate=0.3)  # a study of its own on the session's server
     beat = Heartbeat(interval=1, grace=2)
     space = SearchSpace(epsilon=(0.02, 0.2), delta=(0.0, 0.3))
