@@ -14,7 +14,7 @@ Live trials of other drivers are never touched. The default journal file under -
 --out lock makes its driver the only one, so every RUNNING trial found there at start belonged to a dead driver.
 
 Contract for callers: `fit_silo` returns the study even when no trial completed (all diverged or stopped early);
-`best_params` then raises `FitFailed` (a `RunFailed`: one line, exit 1).
+`best_params` then raises `FitFailed` (a `RunFailed`: one line, exit 1; also a ValueError).
 """
 from __future__ import annotations
 
@@ -43,8 +43,9 @@ METHOD = "silo_fit"
 ACTIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)  # what counts toward --trials
 
 
-class FitFailed(RunFailed):
-    """The study holds no completed trial (every one diverged or was stopped early)."""
+class FitFailed(RunFailed, ValueError):
+    """The study holds no completed trial (every one diverged or was stopped early). A RunFailed for the CLI (one
+    line, exit 1); a ValueError like Optuna's own `best_trial`, for callers that treat it as "nothing fitted"."""
 
 
 @dataclass(frozen=True)

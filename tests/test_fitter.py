@@ -199,3 +199,17 @@ def test_a_killed_drivers_running_trial_in_the_journal_is_resumed_with_its_param
     assert resumed.params == trials[orphan.number].params and resumed.state.is_finished()
     keys = {p.stem for p in (out / "ledger").glob("*.json")}
     assert any(f"-t{orphan.number:04d}-c01-" in k for k in keys)  # its rows continue the orphan's ledger number
+
+
+def test_best_params_of_a_study_without_a_completed_trial_raises_fit_failed(tmp_path):
+    from oracle_search.engine import RunFailed
+
+    spec = PRESETS["tiny"].spec
+    study = open_study(tmp_path, spec, None, [0])
+    trial = study.ask()
+    fitter.suggest(trial, SearchSpace.default(spec))
+    trial.set_user_attr("stopped", "diverged")
+    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    with pytest.raises(fitter.FitFailed, match=r"no completed trial \(1 diverged, 0 stopped early\)") as err:
+        fitter.best_params(study)
+    assert isinstance(err.value, RunFailed) and isinstance(err.value, ValueError)
