@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -51,7 +52,8 @@ RESOURCE_OVERRIDES = {
     "--cpus-per-trial": ("cpus_per_trial", float, "CPUs per trial (fractions allowed)"),
     "--gpus-per-trial": ("gpus_per_trial", float, "GPUs per trial (fractions pack trials onto one GPU)"),
     "--max-concurrent": ("max_concurrent", int, "most trials at once (0: as many as fit)"),
-    "--storage-path": ("storage_path", str, "Tune storage: a shared folder or cloud URI (default: under --out)"),
+    "--storage-path": ("storage_path", str, "Tune storage: a shared folder or cloud URI (default: "
+                       "$ORACLE_SEARCH_STORAGE, else under --out)"),
 }
 
 
@@ -67,6 +69,8 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
         r = p.add_argument_group("resources")
         for opt, (_, typ, text) in RESOURCE_OVERRIDES.items():
             r.add_argument(opt, type=typ, help=text)
+        # cluster.yaml exports the cluster's shared storage to every node; an explicit option still wins.
+        p.set_defaults(storage_path=os.environ.get("ORACLE_SEARCH_STORAGE") or None)
         r.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
 
 
@@ -167,7 +171,8 @@ def cmd_cycle(args: argparse.Namespace) -> int:
     result = run_cycle(spec, cycle=args.cycle, max_lr=args.max_lr, seed=spec.seed, start_checkpoint=args.start,
                        checkpoint_dir=ckpt)
     row = result.row() | {"experiment": out.name, "method": spec.schedule.name, "stage": "single",
-                          "schedule": spec.schedule.name, "selected": True, "trial_id": "", "pruned": False}
+                          "schedule": spec.schedule.name, "selected": True, "trial_id": "",
+                          "stopped_early": False}
     row |= _silo_fields(spec)
     if args.json:
         # NaN is not JSON: a field that does not apply (e.g. epsilon off SILO) prints as null.
@@ -247,12 +252,14 @@ def _search_space(args: argparse.Namespace, spec: ExperimentSpec):
 
 def cmd_fit_silo(args: argparse.Namespace) -> int:
     from oracle_search import pipeline
+    from oracle_search.fitter import best_params
 
     spec = spec_from_args(args)
     options = _fit_options(args, spec)
     pipeline.check_counts(trials=(options.trials, 1), fit_seeds=(options.seeds, 1))
     check_inputs(args, spec)
-    pipeline.fit_silo(spec, Path(args.out), options, args.address)
+    study = pipeline.fit_silo(spec, Path(args.out), options, args.address)
+    best_params(study)  # FitFailed (exit 1) when every trial diverged or stopped early
     return 0
 
 
@@ -287,16 +294,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from analysis.files import read_results
+    from analysis.files import BadResults, check_results, results_path
     from analysis.report import write_report
-    from oracle_search.schema import REQUIRED
 
     out = Path(args.dir)
-    if not ((out / "results.parquet").exists() or (out / "results.csv").exists()):
+    path = results_path(out)
+    if not path.exists():
         raise SpecError("DIR", f"no results table in {out}")
-    missing = [c for c in REQUIRED if c not in read_results(out).columns]
-    if missing:
-        raise SpecError("DIR", f"the results table in {out} lacks the column(s) {', '.join(missing)}")
+    try:
+        check_results(path)
+    except BadResults as err:
+        raise SpecError("DIR", str(err)) from None
     paths = write_report(out)
     for name, path in paths.items():
         print(f"{name}: {path}")

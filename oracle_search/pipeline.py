@@ -108,6 +108,12 @@ def check_inputs(spec: ExperimentSpec, *, address: str | None = None, study_stor
             raise SpecError("study-storage", f"cannot open {redact(study_storage)} ({type(err).__name__})") from None
 
 
+def reject_silo_schedule(spec: ExperimentSpec) -> None:
+    if spec.schedule.name == "silo":
+        raise SpecError("schedule", "the Oracle trains every grid max_lr, which silo ignores (SILO derives its "
+                        "own); use another schedule, e.g. warmup, SILO's shape")
+
+
 def _runner(spec: ExperimentSpec, out: Path, address: str | None):
     from oracle_search.engine import Runner
 
@@ -126,9 +132,7 @@ def oracle(spec: ExperimentSpec, out: Path, options: OracleOptions = OracleOptio
            address: str | None = None) -> list:
     """Run (or resume) the Oracle; returns one `oracle.CycleOutcome` per cycle."""
     check_counts(seeds=(options.seeds, 1), refine=(options.refine, 0))
-    if spec.schedule.name == "silo":
-        raise SpecError("schedule", "the Oracle searches max_lr; SILO derives its own, so every value would "
-                        "train the same run (use warmup, SILO's shape)")
+    reject_silo_schedule(spec)
     with _runner(spec, Path(out), address) as runner:
         return _oracle(runner, options)
 
@@ -201,7 +205,9 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
 
     check_counts(seeds=(options.oracle.seeds, 1), eval_seeds=(options.eval_seeds, 2))
     with _runner(spec, Path(out), address) as runner:
-        study = fitter.open_study(runner.out, spec, options.fit.storage) if options.silo_fit else None
+        target = spec.cycles if options.fit.target_cycle is None else options.fit.target_cycle
+        study = (fitter.open_study(runner.out, spec, options.fit.storage, tuning_seeds(spec, options.fit.seeds),
+                                   target) if options.silo_fit else None)
         peaks = run_baselines(runner, tuning_seeds(spec, options.oracle.seeds), evaluation_seeds(spec, options.eval_seeds),
                               list(spec.grid), _silo_variants(runner, options, study))
         runner.write_results()
@@ -216,6 +222,7 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
 
     check_counts(seeds=(options.oracle.seeds, 1), refine=(options.oracle.refine, 0),
                  trials=(options.fit.trials, 1 if options.silo_fit else 0), eval_seeds=(options.eval_seeds, 2))
+    reject_silo_schedule(spec)
     out = Path(out)
     with _runner(spec, out, address) as runner:
         say = runner.progress.say
@@ -237,7 +244,12 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
         run_baselines(runner, tune, evaluate, list(spec.grid), variants)
         table = runner.write_results()
     say("== 4/4 report ==")
-    return CompareResult(table, report(out))
+    result = CompareResult(table, report(out))
+    if study is not None and Method.SILO_FIT not in variants:
+        from oracle_search.fitter import best_params
+
+        best_params(study)  # FitFailed: every silo_fit trial diverged or stopped; the report is written
+    return result
 
 
 def report(out: Path) -> Path:
