@@ -9,10 +9,43 @@ from pathlib import Path
 import pandas as pd
 
 
+# Columns beyond the design card's contract (and `stage`): a table from an older run may lack them.
+OPTIONAL_COLUMNS = frozenset({"stopped_early", "study_trial", "checkpoint_hash", "start_hash", "grad_hist",
+                              "act_hist", "gpu_ids", "node_id", "key", "reused", "fused"})
+
+
+class BadResults(ValueError):
+    """A results table the report cannot read: the message names the file and, if any, the missing columns."""
+
+
+def required_columns() -> list[str]:
+    from oracle_search.schema import REQUIRED  # the table's schema; a pure module, no driver
+
+    return list(REQUIRED)
+
+
+def results_path(out_dir: Path) -> Path:
+    """results.parquet if present, else results.csv."""
+    parquet = out_dir / "results.parquet"
+    return parquet if parquet.exists() else out_dir / "results.csv"
+
+
 def read_results(out_dir: Path) -> pd.DataFrame:
     """The results table of `out_dir`: results.parquet if present, else results.csv."""
-    parquet = out_dir / "results.parquet"
-    return pd.read_parquet(parquet) if parquet.exists() else pd.read_csv(out_dir / "results.csv")
+    path = results_path(out_dir)
+    return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+
+
+def check_results(path: Path) -> pd.DataFrame:
+    """The table at `path` (Parquet or CSV), or BadResults naming the file or the columns it lacks."""
+    try:
+        frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    except Exception as err:  # pyarrow and pandas raise many kinds; the file is what the user must fix
+        raise BadResults(f"{path} is not a readable {path.suffix[1:]} results table ({type(err).__name__})") from None
+    missing = [c for c in required_columns() if c not in frame.columns]
+    if missing:
+        raise BadResults(f"{path} lacks column(s) {', '.join(missing)}")
+    return frame
 
 
 def read_spec(out_dir: Path) -> dict | None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from oracle_search.cli import main
+from oracle_search.cli import build_parser, main, spec_from_args
+from oracle_search.results import write_results
 from trainables.checkpoints import STATE_FILE, load_checkpoint
 
 ROW_KEYS = {"experiment", "method", "schedule", "seed", "cycle", "density", "max_lr", "val_acc", "test_acc",
@@ -156,6 +157,9 @@ BAD_INPUTS = {  # id: (argv without --out, text the message must name)
     "oracle-grid-garbage": (["oracle", "--preset", "tiny", "--grid", "lots"], "grid"),
     "oracle-seeds-zero": (["oracle", "--preset", "tiny", "--seeds", "0"], "seeds"),
     "oracle-unknown-preset": (["oracle", "--preset", "nope"], "preset"),
+    "oracle-schedule-silo": (["oracle", "--preset", "tiny", "--schedule", "silo"], "schedule"),
+    "compare-schedule-silo": (["compare", "--preset", "tiny", "--schedule", "silo"], "schedule"),
+    "digits-num-samples-too-many": (CYCLE + ["--dataset", "digits", "--num-samples", "5000"], "num-samples"),
 }
 
 
@@ -194,3 +198,49 @@ def test_start_from_another_experiment_exits_2(capsys, tmp_path):
 def test_report_without_results_exits_2(capsys, tmp_path):
     code, _, err = run(capsys, "report", str(tmp_path))
     assert code == 2 and "DIR" in err and not (tmp_path / "report.md").exists()
+
+
+def test_storage_path_defaults_to_the_clusters_variable(monkeypatch):
+    monkeypatch.setenv("ORACLE_SEARCH_STORAGE", "s3://bucket/oracle-search")
+    parse = lambda *a: spec_from_args(build_parser().parse_args(["oracle", "--out", "x", *a]))  # noqa: E731
+    assert parse().resources.storage_path == "s3://bucket/oracle-search"
+    assert parse("--storage-path", "/shared/tune").resources.storage_path == "/shared/tune"  # the option wins
+    monkeypatch.delenv("ORACLE_SEARCH_STORAGE")
+    assert parse().resources.storage_path is None
+
+
+@pytest.fixture
+def results_dir(tmp_path, capsys) -> Path:
+    """A results folder holding the real row of one trained cycle, written by the results writer."""
+    code, out, err = run(capsys, *CYCLE, "--out", str(tmp_path / "ckpt"), "--json")
+    assert code == 0, err
+    row = strict_json(out) | {"key": "single", "gpu_ids": []}
+    write_results(tmp_path, [row])
+    return tmp_path
+
+
+def test_report_renders_a_valid_table(capsys, results_dir):
+    code, out, err = run(capsys, "report", str(results_dir))
+    assert code == 0, err
+    assert (results_dir / "report.md").exists()
+
+
+def test_report_on_a_table_missing_a_column_exits_2_naming_it(capsys, results_dir):
+    table = results_dir / "results.parquet"
+    import pandas as pd
+
+    pd.read_parquet(table).drop(columns=["val_acc"]).to_parquet(table)
+    code, out, err = run(capsys, "report", str(results_dir))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "val_acc" in lines[0] and str(table) in lines[0], err
+    assert not (results_dir / "report.md").exists()
+
+
+def test_report_on_a_corrupt_parquet_exits_2_naming_the_file(capsys, results_dir):
+    table = results_dir / "results.parquet"
+    table.write_bytes(table.read_bytes()[: len(table.read_bytes()) // 2])
+    code, out, err = run(capsys, "report", str(results_dir))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("oracle-search: error: DIR: "), err
+    assert str(table) in lines[0]
+    assert not (results_dir / "report.md").exists()

@@ -66,6 +66,27 @@ def test_cluster_yaml_installs_the_tested_stack_and_names_shared_storage(config)
     assert "s3://" in setup and "ORACLE_SEARCH_STORAGE=s3://" in setup
 
 
+def test_cluster_yaml_installs_the_postgres_extra(config):
+    setup = "\n".join(config["setup_commands"])
+    assert '-e ~/oracle-search"[postgres]"' in setup  # quoted: an unquoted [postgres] is a shell glob
+
+
+def test_the_head_has_its_own_least_privilege_profile(config):
+    head = config["available_node_types"]["head"]["node_config"]
+    worker = config["available_node_types"]["gpu_worker"]["node_config"]
+    assert head["IamInstanceProfile"]["Arn"].endswith(":instance-profile/oracle-search-head")
+    assert head["IamInstanceProfile"] != worker["IamInstanceProfile"]
+    policy = json.loads((ROOT / "docs" / "iam-head-policy.json").read_text())
+    grants = [(a, st["Resource"]) for st in policy["Statement"] if st["Effect"] == "Allow"
+              for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])]
+    assert not [a for a, _ in grants if a == "*" or a.endswith(":*")]  # no service-wide grant
+    assert {a.split(":")[0] for a, _ in grants} == {"ec2", "iam", "s3"}
+    assert [r for a, r in grants if a == "iam:PassRole"] == ["arn:aws:iam::YOUR-ACCOUNT-ID:role/oracle-search-s3"]
+    assert all(r != "*" for a, r in grants if a.startswith("s3:"))
+    terminate = next(st for st in policy["Statement"] if st["Action"] == "ec2:TerminateInstances")
+    assert terminate["Condition"]["StringEquals"] == {"ec2:ResourceTag/ray-cluster-name": config["cluster_name"]}
+
+
 def _open_to_the_world(rule: dict) -> bool:
     ranges = [r["CidrIp"] for r in rule.get("IpRanges", [])] + [r["CidrIpv6"] for r in rule.get("Ipv6Ranges", [])]
     return any(ipaddress.ip_network(c).prefixlen == 0 for c in ranges)

@@ -10,7 +10,8 @@ import pytest
 
 from oracle_search import config
 from oracle_search.config import tomllib  # tomli on Python 3.10
-from oracle_search.cli import build_parser, main, prepare_out, spec_from_args
+from oracle_search.cli import build_parser, main, spec_from_args
+from oracle_search.pipeline import prepare_out
 from trainables.presets import PRESETS
 from trainables.schedules import SiloParams
 from trainables.spec import ExperimentSpec, Resources

@@ -48,6 +48,16 @@ def test_digits():
     assert 0.0 <= float(d.x["train"].min()) and float(d.x["train"].max()) <= 1.0
 
 
+def test_digits_num_samples_limits_the_pool():
+    spec = ExperimentSpec(dataset="digits", num_samples=500)
+    data = load_data(spec)
+    assert sum(data.size(s) for s in ("train", "val", "test")) == 500
+    full = load_data(dataclasses.replace(spec, num_samples=0))
+    assert sum(full.size(s) for s in ("train", "val", "test")) == 1797
+    with pytest.raises(DataError, match="num-samples"):
+        load_data(dataclasses.replace(spec, num_samples=1798))
+
+
 def test_batches_cover_the_split_once_and_shuffle_by_generator():
     d = load_data(TINY)
     seq = torch.cat([y for _, y in d.batches("train", 64)])

@@ -1,6 +1,7 @@
 """The SILO fitter on real Ray and real Optuna storage (a journal file under --out)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -8,9 +9,11 @@ import optuna
 import pandas as pd
 import pytest
 
+from oracle_search import fitter
 from oracle_search.cli import main
-from oracle_search.fitter import SearchSpace, default_storage, recommended_start
+from oracle_search.fitter import SearchSpace, default_storage, open_study, recommended_start, study_name
 from trainables.presets import PRESETS
+from trainables.spec import Resources
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +22,8 @@ ARGS = ["fit-silo", "--preset", "digits-mlp", "--cycles", "2", "--epochs", "8", 
 
 
 def load(out: Path) -> optuna.Study:
-    return optuna.load_study(study_name="silo-digits-mlp", storage=default_storage(out))
+    (name,) = optuna.get_all_study_names(storage=default_storage(out))
+    return optuna.load_study(study_name=name, storage=default_storage(out))
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +50,7 @@ def test_first_trial_is_the_papers_recommendation(fitted):
 
 def test_rows_carry_method_schedule_and_parameters(fitted):
     rows = pd.read_parquet(fitted / "results.parquet")
-    assert set(rows["method"]) == {"silo"} and set(rows["stage"]) == {"fit"}
+    assert set(rows["method"]) == {"silo_fit"} and set(rows["stage"]) == {"fit"}
     study = load(fitted)
     for number, trial_rows in rows.groupby("study_trial"):
         params = study.trials[int(number)].params
@@ -61,9 +65,9 @@ def test_a_pruned_trial_is_marked_and_cost_fewer_epochs(fitted):
     assert pruned, "the pruner stopped no trial"
     epochs = rows.groupby("study_trial")["epochs"].sum()
     for number in pruned:
-        assert rows[rows["study_trial"] == number]["pruned"].all()
+        assert rows[rows["study_trial"] == number]["stopped_early"].all()
         assert epochs[number] < min(epochs[c] for c in complete)
-    assert not rows[rows["study_trial"].isin(complete)]["pruned"].any()
+    assert not rows[rows["study_trial"].isin(complete)]["stopped_early"].any()
 
 
 def test_a_rerun_adds_trials_instead_of_starting_over(fitted):
@@ -93,3 +97,119 @@ def test_bad_fitter_ranges_exit_2_and_write_nothing(tmp_path, capsys, option, va
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and option.lstrip("-").split("-")[0] in err
     assert not out.exists()
+
+
+# --- study identity, sampler, failure paths ----------------------------------------------------------------------
+
+DIGITS = PRESETS["digits-mlp"].spec
+
+
+def test_study_name_follows_what_changes_results_and_ignores_resources():
+    base = study_name(DIGITS, [0], 3)
+    assert base.startswith("silo-digits-mlp-")
+    changed = [dataclasses.replace(DIGITS, epochs=9), dataclasses.replace(DIGITS, rate=0.3),
+               dataclasses.replace(DIGITS, seed=1), DIGITS.with_schedule(drops=(0.5,))]
+    names = {study_name(s, [0], 3) for s in changed} | {study_name(DIGITS, [0, 1], 3), study_name(DIGITS, [0], 2)}
+    assert base not in names and len(names) == 6
+    same = dataclasses.replace(DIGITS, device="cpu", resources=Resources(cpus_per_trial=2, max_concurrent=3,
+                                                                         storage_path="/shared/tune"))
+    assert study_name(same, [0], 3) == base
+
+
+def test_tpe_keeps_trials_in_flight_apart_with_constant_liar(tmp_path, monkeypatch):
+    made = []
+
+    class Recording(optuna.samplers.TPESampler):  # the real sampler; records what the fitter asked for
+        def __init__(self, **kwargs):
+            made.append(kwargs)
+            super().__init__(**kwargs)
+
+    monkeypatch.setattr(optuna.samplers, "TPESampler", Recording)
+    space = SearchSpace.default(DIGITS)
+
+    def second_suggestion(out: Path, tell_first: bool) -> dict:
+        out.mkdir()
+        study = open_study(out, DIGITS, None, [0], 3)
+        for _ in range(4):  # the start-up trials, told
+            t = study.ask()
+            fitter.suggest(t, space)
+            study.tell(t, 90.0 + t.params["delta"])
+        first = study.ask()
+        fitter.suggest(first, space)
+        if tell_first:
+            study.tell(first, state=optuna.trial.TrialState.FAIL)
+        second = study.ask()
+        return dataclasses.asdict(fitter.suggest(second, space))
+
+    # The same seed and history: a trial still running changes the next suggestion only with constant_liar.
+    assert second_suggestion(tmp_path / "a", False) != second_suggestion(tmp_path / "b", True)
+    assert made and made[0]["constant_liar"] is True  # also on Optuna 4, whose default is False
+
+
+def test_a_second_driver_on_the_same_out_stops_with_exit_2(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    with fitter.driver_lock(out):
+        assert main(["fit-silo", "--preset", "tiny", "--trials", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("oracle-search: error: out: another fit-silo driver")
+
+
+TINY_FAST = ["--preset", "tiny", "--cycles", "1", "--epochs", "2"]
+
+
+def test_ranges_that_exclude_the_papers_start_skip_it_and_all_diverged_fails_with_one_line(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["fit-silo", *TINY_FAST, "--trials", "2", "--epsilon-range", "500:1000", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 1
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "no completed trial (2 diverged" in err[0], captured.err
+    assert "outside the asked ranges: skipped" in captured.out
+    study = load(out)
+    assert [t.params["epsilon"] >= 500 for t in study.trials] == [True, True]  # never the preset's 0.05
+    rows = pd.read_parquet(out / "results.parquet")
+    assert len(rows) == 2 and rows["diverged"].all() and rows["stopped_early"].all()
+    assert main(["report", str(out)]) == 0  # the report renders from what exists
+
+
+def test_compare_whose_fit_all_diverged_exits_1_after_writing_the_report(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    code = main(["compare", *TINY_FAST, "--grid", "0.1", "--refine", "0", "--trials", "1",
+                 "--epsilon-range", "500:1000", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 1
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("oracle-search: failed: ") and "no completed trial" in err[0]
+    assert "## Oracle max_lr and interval" in (out / "report.md").read_text()
+    assert set(pd.read_parquet(out / "results.parquet")["method"]) == {"oracle", "silo_fit"}
+
+
+def test_a_killed_drivers_running_trial_in_the_journal_is_resumed_with_its_parameters(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = dataclasses.replace(PRESETS["tiny"].spec, cycles=1, epochs=2)
+    study = open_study(out, spec, None, [0], 1)
+    orphan = study.ask()  # a driver asked, then was killed: RUNNING in the journal, nobody trains it
+    fitter.suggest(orphan, SearchSpace.default(spec))
+    assert main(["fit-silo", *TINY_FAST, "--trials", "2", "--out", str(out)]) == 0
+    trials = load(out).trials
+    assert trials[orphan.number].state == optuna.trial.TrialState.FAIL
+    (resumed,) = [t for t in trials if t.user_attrs.get("resumes") == orphan.number]
+    assert resumed.params == trials[orphan.number].params and resumed.state.is_finished()
+    keys = {p.stem for p in (out / "ledger").glob("*.json")}
+    assert any(f"-t{orphan.number:04d}-c01-" in k for k in keys)  # its rows continue the orphan's ledger number
+
+
+def test_best_params_of_a_study_without_a_completed_trial_raises_fit_failed(tmp_path):
+    from oracle_search.engine import RunFailed
+
+    spec = PRESETS["tiny"].spec
+    study = open_study(tmp_path, spec, None, [0])
+    trial = study.ask()
+    fitter.suggest(trial, SearchSpace.default(spec))
+    trial.set_user_attr("stopped", "diverged")
+    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    with pytest.raises(fitter.FitFailed, match=r"no completed trial \(1 diverged, 0 stopped early\)") as err:
+        fitter.best_params(study)
+    assert isinstance(err.value, RunFailed) and isinstance(err.value, ValueError)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from oracle_search.cli import main, prepare_out
+from oracle_search.cli import main
+from oracle_search.engine import Runner
 from trainables import plugins
 from trainables.cycle import run_cycle
 from trainables.data import DATASETS, load_data
@@ -165,16 +166,16 @@ def test_fingerprint_holds_the_import_path_and_the_module_files_hash(user_module
 def test_a_rerun_on_the_same_out_with_edited_code_is_refused(tmp_path, user_module):
     spec = dataclasses.replace(TINY, model=f"{user_module}:wide")
     out = tmp_path / "run"
-    prepare_out(out, spec)
+    Runner(out=out, spec=spec, experiment="x")  # every flow runs its trials through a Runner on --out
     stored = json.loads((out / plugins.SOURCES_FILE).read_text())
     assert stored["model"]["path"] == spec.model and len(stored["model"]["sha256"]) == 64
-    prepare_out(out, spec)  # unchanged: resumes
+    Runner(out=out, spec=spec, experiment="x")  # unchanged: resumes
     path = plugins.source_file(spec.model)
     path.write_text(path.read_text() + "\n# edited\n")
     with pytest.raises(SpecError) as err:
-        prepare_out(out, spec)
+        Runner(out=out, spec=spec, experiment="x")
     assert err.value.field == "model"
-    prepare_out(tmp_path / "registry-run", TINY)
+    Runner(out=tmp_path / "registry-run", spec=TINY, experiment="x")
     assert not (tmp_path / "registry-run" / plugins.SOURCES_FILE).exists()
 
 

@@ -2,6 +2,7 @@
 fit-silo keeps its study there without writing the password anywhere."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -11,8 +12,17 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlsplit
 
+import io
+import json
+import threading
+import time
+
 import optuna
 import pytest
+
+from oracle_search.engine import Progress, Runner
+from oracle_search.fitter import Heartbeat, SearchSpace, fit_silo, open_study, rdb_storage, study_name, suggest
+from trainables.presets import PRESETS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "start_postgres.sh"
@@ -74,7 +84,7 @@ def test_fit_silo_keeps_its_study_in_postgres_and_never_writes_the_password(pg_u
                            "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     summaries = {s.study_name: s.n_trials for s in optuna.get_all_study_summaries(storage=pg_url)}
-    assert summaries.get("silo-tiny") == 2
+    assert summaries.get(study_name(PRESETS["tiny"].spec, [0], PRESETS["tiny"].spec.cycles)) == 2
     assert not (out / "optuna-journal.log").exists()  # the study lives in PostgreSQL, not the default journal
     report = subprocess.run([CLI, "report", str(out)], capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr
@@ -83,3 +93,94 @@ def test_fit_silo_keeps_its_study_in_postgres_and_never_writes_the_password(pg_u
     written = [p for p in out.rglob("*") if p.is_file()]
     assert {"spec.json", "results.csv", "report.md"} <= {p.name for p in written}
     assert not [p for p in written if password.encode() in p.read_bytes()]  # nor the ledger, Tune's files
+
+
+# --- several drivers on one study ---------------------------------------------------------------------------------
+
+FAST = ["--preset", "tiny", "--cycles", "1", "--epochs", "2"]
+FAST_SPEC = dataclasses.replace(PRESETS["tiny"].spec, cycles=1, epochs=2)
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
+@pytest.fixture
+def ray_up() -> None:
+    """Ray in this process, as the CLI starts it (or as an earlier in-process run left it)."""
+    from oracle_search.engine import connect
+
+    connect(None)
+
+
+def ledger(out: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((out / "ledger").glob("*.json"))]
+
+
+@pytest.mark.slow
+def test_two_concurrent_drivers_share_one_study_and_train_no_trial_twice(pg_url, tmp_path, ray_up):
+    """Two fit-silo processes, 2 s apart, on one PostgreSQL study and one Ray, each with its own --out."""
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    env = os.environ | {"RAY_AUTH_MODE": "token"}
+    drivers = []
+    for name in ("a", "b"):
+        drivers.append(subprocess.Popen(
+            [sys.executable, "-m", "oracle_search.cli", "fit-silo", *FAST, "--trials", "6", "--study-storage",
+             pg_url, "--address", address, "--out", str(tmp_path / name)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT))
+        time.sleep(2)
+    for d in drivers:
+        output = d.communicate(timeout=400)[0]
+        assert d.returncode == 0, output[-3000:]
+    study = optuna.load_study(study_name=study_name(FAST_SPEC, [0], 1), storage=pg_url)
+    finished = study.get_trials(states=FINISHED)
+    assert len(finished) == 6 and not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    rows = {name: ledger(tmp_path / name) for name in ("a", "b")}
+    assert rows["a"] and rows["b"], "one driver trained nothing: the test shows no sharing"
+    trained = [(r["study_trial"], r["cycle"]) for name in ("a", "b") for r in rows[name]]
+    assert len(trained) == len(set(trained))  # no (trial, cycle) trained by both drivers
+    assert {n for n, _ in trained} == {t.number for t in finished}
+    params = {(r["epsilon"], r["delta"], r["q"], r["beta"]) for name in ("a", "b") for r in rows[name]}
+    assert len(params) == 6  # and no parameter set drawn twice
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")  # this test asks by hand
+def test_a_dead_drivers_trial_is_taken_over_and_a_live_ones_is_not(pg_url, tmp_path, ray_up):
+    spec = dataclasses.replace(FAST_SPEC, rate=0.3)  # a study of its own on the session's server
+    beat = Heartbeat(interval=1, grace=2)
+    space = SearchSpace(epsilon=(0.02, 0.2), delta=(0.0, 0.3))
+    storage = rdb_storage(pg_url, beat)
+    study = open_study(tmp_path, spec, pg_url, [0], 1, storage)
+    study.enqueue_trial({"epsilon": 0.05, "delta": 0.1, "q": 1, "beta": 5.0})  # the fitter sees a used study
+    dead, live = study.ask(), study.ask()
+    for t in (dead, live):
+        suggest(t, space)
+    study_id = storage.get_study_id_from_name(study.study_name)
+    ids = {t.number: storage.get_trial_id_from_study_id_trial_number(study_id, t.number) for t in (dead, live)}
+    storage.record_heartbeat(ids[dead.number])  # then nothing more: its driver died
+    stop = threading.Event()
+
+    def keep_alive() -> None:  # the live driver, still beating
+        while not stop.is_set():
+            storage.record_heartbeat(ids[live.number])
+            stop.wait(0.5)
+
+    beating = threading.Thread(target=keep_alive, daemon=True)
+    beating.start()
+    try:
+        time.sleep(beat.grace + 1.5)
+        out = tmp_path / "out"
+        out.mkdir()
+        with Runner(out=out, spec=spec, experiment="pg", progress=Progress(io.StringIO())) as runner:
+            fit_silo(runner, [0], 3, space, pg_url, parallel=1, target_cycle=1, heartbeat=beat)
+    finally:
+        stop.set()
+        beating.join()
+    trials = {t.number: t for t in optuna.load_study(study_name=study.study_name, storage=pg_url).trials}
+    assert trials[dead.number].state == optuna.trial.TrialState.FAIL
+    (taken,) = [t for t in trials.values() if t.user_attrs.get("resumes") == dead.number]
+    assert taken.params == trials[dead.number].params and taken.state in FINISHED
+    assert trials[live.number].state == optuna.trial.TrialState.RUNNING  # never failed, never trained here
+    trained = {r["study_trial"] for r in ledger(out)}
+    assert live.number not in trained and taken.number in trained
+    assert len([t for t in trials.values() if t.state in FINISHED]) == 2  # 2 finished + the live one = 3

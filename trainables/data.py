@@ -93,10 +93,12 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, pad: int = 4) 
 def _split(x: np.ndarray, y: np.ndarray, spec: "ExperimentSpec", test: tuple[np.ndarray, np.ndarray] | None,
            num_classes: int, augment: bool = False) -> TensorData:
     """Seeded disjoint split; a dataset with its own test set only carves validation out of training."""
+    if spec.num_samples > len(y):
+        raise DataError("num-samples", f"{spec.dataset} holds {len(y)} samples, fewer than {spec.num_samples}")
     rng = np.random.default_rng(spec.split_seed)
     order = rng.permutation(len(y))
-    if spec.num_samples and test is not None:
-        order = order[:spec.num_samples]  # a smaller training pool, for quick runs
+    if spec.num_samples:  # a smaller pool, for quick runs (generated datasets already made exactly this many)
+        order = order[:spec.num_samples]
     n_val = int(round(spec.val_fraction * len(order)))
     n_test = 0 if test is not None else int(round(spec.test_fraction * len(order)))
     parts = {"val": order[:n_val], "test": order[n_val:n_val + n_test], "train": order[n_val + n_test:]}

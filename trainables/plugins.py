@@ -2,8 +2,8 @@
 
 An import path names the user's own code with the registry's signature: a model builder
 `(input_shape, num_classes) -> nn.Module`, a dataset `(spec) -> TensorData` (it makes its own train/val/test
-split), a pruner score function `(model, masks, batches) -> {parameter name: scores}` (global selection) or a
-`trainables.pruning.Pruner` (its own selection, e.g. per layer). Resolution fails with a `SpecError` naming the
+split), a pruner score function `(model, masks, batches) -> {parameter name: scores}` (global selection; it gets
+the trial seed if it takes a `seed` keyword) or a `trainables.pruning.Pruner` (its own selection, e.g. per layer). Resolution fails with a `SpecError` naming the
 field, so bad input exits 2 before anything starts.
 """
 from __future__ import annotations
@@ -106,8 +106,8 @@ def _imported(kind: str, path: str) -> Any:
         _check_signature(kind, path, obj.score)
         return obj
     _check_signature(kind, path, obj)
-    if kind == "pruner":
-        return Pruner(obj, select_global)
+    if kind == "pruner":  # a score function taking `seed` gets the trial seed, as the random pruner does
+        return Pruner(obj, select_global, seeded="seed" in _parameters(obj))
     if kind == "dataset":
         return _checked_dataset(obj, path)
     return obj
@@ -127,6 +127,13 @@ def _check_signature(kind: str, path: str, obj: Any) -> None:
         signature.bind(*params)
     except TypeError:
         raise SpecError(kind, f"{path!r} must accept ({', '.join(params)}); its signature is {signature}") from None
+
+
+def _parameters(obj: Any) -> set[str]:
+    try:
+        return set(inspect.signature(obj).parameters)
+    except (TypeError, ValueError):
+        return set()
 
 
 def _checked_dataset(load: Callable, path: str) -> Callable:
