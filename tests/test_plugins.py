@@ -50,6 +50,10 @@ def largest_first(model, masks, batches):
 
 per_layer = Pruner(magnitude_scores, select_layer)
 
+def seeded_random(model, masks, batches, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return {name: torch.rand(w.shape, generator=generator) for name, w in model.named_parameters() if name in masks}
+
 def not_tensor_data(spec):
     return {"train": []}
 
@@ -103,6 +107,17 @@ def test_a_score_function_prunes_globally_and_a_pruner_object_keeps_its_selectio
         assert abs(mask.float().mean().item() - 0.8) < 0.01, name
 
 
+def test_a_score_function_taking_seed_gets_the_trial_seed(user_module):
+    def masks(seed):
+        torch.manual_seed(0)
+        model = build_model("mlp", (8,), 4)
+        return prune(model, full_masks(model), 0.5, f"{user_module}:seeded_random", lambda: [], seed=seed)
+
+    first, again, other = masks(1), masks(1), masks(2)
+    assert all(torch.equal(first[n], again[n]) for n in first)
+    assert not all(torch.equal(first[n], other[n]) for n in first)
+
+
 @pytest.mark.parametrize("field, value, says", [
     ("model", "no_such_package_xyz.models:net", "cannot import 'no_such_package_xyz.models'"),
     ("model", "trainables.models:no_such_builder", "has no attribute 'no_such_builder'"),
@@ -147,8 +162,8 @@ def test_spec_error_survives_pickling():
 
 def test_registry_fingerprints_are_unchanged():
     """Checkpoints made before import paths existed still chain: a registry spec's fingerprint is the old formula."""
-    keys = ("model", "dataset", "pruner", "rate", "weights", "rewind_epoch", "val_fraction", "test_fraction",
-            "num_samples", "split_seed")
+    keys = ("model", "dataset", "pruner", "rate", "prune_output", "weights", "rewind_epoch", "val_fraction",
+            "test_fraction", "num_samples", "split_seed")
     old = hashlib.sha256(json.dumps({k: getattr(TINY, k) for k in keys}, sort_keys=True).encode()).hexdigest()[:16]
     assert TINY.chain_fingerprint() == old
 
