@@ -26,7 +26,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers canno
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "custom_cnn"
-QUICK = ["--cycles", "1", "--epochs", "2", "--grid", "0.1,0.4", "--refine", "0"]
+QUICK = ["--cycles", "1", "--epochs", "1", "--grid", "0.1,0.4", "--refine", "0"]
 
 
 def test_the_example_file_names_the_example_by_import_path():
@@ -54,7 +54,7 @@ def test_oracle_then_compare_run_the_example_from_its_experiment_file(tmp_path):
     oracle_rows = {p.name for p in (out / "ledger").glob("oracle-*.json")}
     assert len(oracle_rows) == 4  # 2 max_lr x 2 cycles; cycle 1 chained from the import-path model's checkpoint
 
-    compare = cli("compare", "--config", config, "--out", str(out), *QUICK, "--trials", "2")
+    compare = cli("compare", "--config", config, "--out", str(out), *QUICK, "--trials", "1")
     assert compare.returncode == 0, compare.stderr[-3000:]
     rows = pd.read_parquet(out / "results.parquet")
     assert {"oracle", "constant", "cosine"} <= set(rows["method"])
