@@ -104,9 +104,10 @@ def connect(address: str | None) -> None:
             signal.signal(signal.SIGTERM, sigterm)
 
 
-def autoscaler_ceiling(path: Path = AUTOSCALER_CONFIG) -> dict[str, float] | None:
+def autoscaler_ceiling(path: Path | None = None) -> dict[str, float] | None:
     """The most resources the autoscaler may grow the cluster to (head plus every worker type at its
     max_workers), from the config `ray up` leaves on the head; None without one."""
+    path = path or AUTOSCALER_CONFIG
     if not path.is_file():
         return None
     import yaml
