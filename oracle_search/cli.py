@@ -134,7 +134,9 @@ def check_inputs(args: argparse.Namespace, spec: ExperimentSpec) -> None:
 
     load_data(spec)
     res = spec.resources
-    if not getattr(args, "address", None):
+    from oracle_search.engine import cluster_address
+
+    if not cluster_address(getattr(args, "address", None)):  # inside a Ray job, RAY_ADDRESS names its cluster
         import os
 
         import torch

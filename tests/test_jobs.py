@@ -136,3 +136,17 @@ def head_node_id(tmp: Path) -> str:
         if args[0].endswith("/raylet") and any(str(tmp) in a for a in args):
             return next(a.split("=", 1)[1] for a in args if a.startswith("--node_id="))
     raise AssertionError("the head's raylet is not running")
+
+
+def test_inside_a_job_the_local_machine_does_not_bound_the_trial_resources(monkeypatch):
+    """A job's driver runs on the head, which may have no GPU; RAY_ADDRESS says trials run on the cluster."""
+    from oracle_search.cli import build_parser, check_inputs, spec_from_args
+    from trainables.spec import SpecError
+
+    args = build_parser().parse_args(["oracle", "--preset", "tiny", "--gpus-per-trial", "64", "--out", "x"])
+    spec = spec_from_args(args)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(SpecError, match="gpus-per-trial"):
+        check_inputs(args, spec)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    check_inputs(args, spec)  # nothing is started: the cluster is joined only when the run begins
