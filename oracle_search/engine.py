@@ -451,10 +451,10 @@ class Runner:
         # A fused trial (several candidates trained as one) reports one row per candidate, each with its own key
         # and checkpoint subfolder; gpu_ids and node_id are the trial's.
         for metrics in result.get("fused_rows") or [result]:
-            merged, row_key = result | metrics, metrics.get("key") or key
-            row = {k: merged[k] for k in ROW_METRICS} | self._by_key.get(row_key, self._by_key[key]).tags | {
-                "experiment": self.experiment, "key": row_key, "trial_id": trial.trial_id,
-                "checkpoint": f"{uri}/{metrics['checkpoint_subdir']}" if "checkpoint_subdir" in metrics else uri}
+            row_key, merged = metrics.get("key") or key, result | metrics
+            row = {k: merged[k] for k in ROW_METRICS} | self._by_key.get(row_key, self._by_key[key]).tags
+            row |= {"experiment": self.experiment, "key": row_key, "trial_id": trial.trial_id,
+                    "checkpoint": f"{uri}/{metrics['checkpoint_subdir']}" if "checkpoint_subdir" in metrics else uri}
             if "fused" in metrics:
                 row["fused"] = metrics["fused"]
             self.ledger.record(row)
@@ -462,8 +462,8 @@ class Runner:
             with self._done:
                 self._finished[row_key] = row
         with self._done:
-            self._finished.setdefault(key, {"key": key, "fused_keys": [m["key"] for m in result["fused_rows"]]}
-                                      if "fused_rows" in result else {})
+            if key not in self._finished:  # a fused trial's own key stands for its candidates' rows
+                self._finished[key] = {"key": key, "fused_keys": [m["key"] for m in result["fused_rows"]]}
             self._done.notify_all()
 
     def _retry(self, config: dict, why: str) -> None:

@@ -231,6 +231,43 @@ def test_a_trial_ending_without_a_row_is_retried_then_named_in_the_failure(ray_l
     assert trial_dirs(tmp_path / "run") == ["never-b", "never-b-retry1", "once-a", "once-a-retry1"]
 
 
+def fused_like(config: dict) -> None:
+    """Reports as a fused trial does (`trainables.tune_adapter.fused_cycle_trainable`'s contract): one result
+    with a row per candidate and one checkpoint whose subfolders hold each candidate's checkpoint."""
+    import tempfile
+
+    import ray
+
+    from trainables.cycle import run_cycle
+
+    with tempfile.TemporaryDirectory() as work:
+        rows = []
+        for i, (key, lr) in enumerate(zip(config["keys"], config["max_lrs"])):
+            result = run_cycle(config["spec"], cycle=0, max_lr=lr, seed=config["seed"],
+                               checkpoint_dir=Path(work) / f"cand{i:02d}")
+            rows.append(result.row() | {"key": key, "fused": len(config["keys"]), "checkpoint_subdir": f"cand{i:02d}"})
+        tune.report({"fused_rows": rows, "gpu_ids": [], "node_id": ray.get_runtime_context().get_node_id()},
+                    checkpoint=tune.Checkpoint.from_directory(work))
+
+
+@pytest.mark.slow
+def test_a_fused_result_lands_as_one_row_per_candidate(ray_local, tmp_path):
+    fused = Trial(key="fused-c00", spec=TINY, cycle=0, max_lr=None, seed=0, start_checkpoint=None,
+                  tags={"method": "oracle", "stage": "grid"})
+
+    def trainable(config: dict) -> None:
+        fused_like(config | {"keys": ["cand-0.03", "cand-0.3"], "max_lrs": [0.03, 0.3]})
+
+    with runner(tmp_path, trainable=trainable) as r:
+        assert r.run([fused])["fused-c00"]["fused_keys"] == ["cand-0.03", "cand-0.3"]
+    rows = {row["key"]: row for row in Ledger(tmp_path).rows()}
+    assert sorted(rows) == ["cand-0.03", "cand-0.3"]
+    assert [rows[k]["max_lr"] for k in sorted(rows)] == [0.03, 0.3] and {r["fused"] for r in rows.values()} == {2}
+    for i, key in enumerate(sorted(rows)):
+        assert rows[key]["checkpoint"].endswith(f"/cand{i:02d}") and Path(rows[key]["checkpoint"]).is_dir()
+        assert rows[key]["method"] == "oracle"
+
+
 def test_a_result_is_a_row_only_with_val_acc_or_fused_rows_and_a_checkpoint():
     from oracle_search.engine import incomplete
 
