@@ -405,6 +405,20 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import os
+    import signal
+    import threading
+
+    def on_signal(signum, frame):
+        # The first signal unwinds the run (the Runner stops its trials; finished ones are in the ledger);
+        # a second one, while that is under way, exits at once.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: os._exit(128 + signum))
+        raise KeyboardInterrupt(signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # SIGTERM too ends a run cleanly: exit 143
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         args = build_parser().parse_args(argv)
         return args.run(args)
@@ -412,9 +426,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = f"{err.field}: {err}" if isinstance(err, CheckpointError) else err  # it names only the file
         print(f"oracle-search: error: {message}", file=sys.stderr)
         return EXIT_INVALID
-    except KeyboardInterrupt:
-        print("oracle-search: interrupted; rerun the same command to resume", file=sys.stderr)
-        return EXIT_FAILED
+    except KeyboardInterrupt as err:
+        signum = err.args[0] if err.args and isinstance(err.args[0], int) else signal.SIGINT
+        print(f"oracle-search: interrupted by {signal.Signals(signum).name}; finished trials are kept, "
+              "rerun the same command to resume", file=sys.stderr)
+        return 128 + signum
     except Exception as err:  # a run that failed: one line, then the traceback for the curious
         from oracle_search.engine import RunFailed
 
@@ -422,6 +438,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(err, RunFailed):
             raise
         return EXIT_FAILED
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":
