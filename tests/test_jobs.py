@@ -108,7 +108,7 @@ def test_compare_submitted_as_a_ray_job_writes_its_results_and_report(head):
     submit = subprocess.run(
         [ray, "job", "submit", *job, "--submission-id", "compare-1", "--no-wait", "--",
          str(BIN / "oracle-search"), "compare", "--preset", "tiny", "--cycles", "1", "--grid", "0.03,0.3",
-         "--refine", "0", "--trials", "2", "--out", str(out)],
+         "--seeds", "1", "--eval-seeds", "2", "--refine", "0", "--trials", "2", "--out", str(out)],
         env=env, capture_output=True, text=True, timeout=120)
     assert submit.returncode == 0, submit.stderr
     logs = subprocess.run([ray, "job", "logs", *job, "--follow", "compare-1"], env=env, capture_output=True,
@@ -117,7 +117,7 @@ def test_compare_submitted_as_a_ray_job_writes_its_results_and_report(head):
                             timeout=120)
     assert "succeeded" in (status.stdout + status.stderr).lower(), logs.stdout[-3000:] + logs.stderr[-3000:]
 
-    assert "== 4/4 report ==" in logs.stdout and "Oracle table" in logs.stdout
+    assert "== 4/4 report ==" in logs.stdout and "report.html" in logs.stdout
     results = pd.read_parquet(out / "results.parquet")
     assert set(results["method"]) >= {"oracle", "constant", "cosine"}
     assert sorted(results.loc[results["method"] == "oracle", "cycle"].unique()) == [0, 1]
