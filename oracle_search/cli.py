@@ -66,6 +66,11 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
         for opt, (_, typ, text) in RESOURCE_OVERRIDES.items():
             r.add_argument(opt, type=typ, help=text)
         r.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
+        from oracle_search.callbacks import CALLBACKS, callback_name
+
+        r.add_argument("--callback", type=callback_name, action="append", metavar="|".join(CALLBACKS),
+                       help="also log every trial's per-epoch curves to this tracker with Tune's logger "
+                       "callback (repeatable; its package must be installed)")
 
 
 def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
@@ -230,7 +235,10 @@ def _runner(args: argparse.Namespace, spec: ExperimentSpec):
 
     out = Path(args.out)
     prepare_out(out, spec)
-    return Runner(out=out, spec=spec, experiment=spec.preset, address=args.address)
+    from oracle_search.callbacks import logger_callbacks
+
+    return Runner(out=out, spec=spec, experiment=spec.preset, address=args.address,
+                  callbacks=logger_callbacks(args.callback, out, spec.preset))
 
 
 def _seeds(args: argparse.Namespace, spec: ExperimentSpec) -> list[int]:

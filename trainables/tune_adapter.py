@@ -24,21 +24,32 @@ def trial_device(spec: ExperimentSpec) -> ExperimentSpec:
 
 
 def cycle_trainable(config: dict[str, Any]) -> None:
-    """Config keys: spec, cycle, max_lr, seed, start_checkpoint (path or URI, or None), key."""
+    """Config keys: spec, cycle, max_lr, seed, start_checkpoint (path or URI, or None), key.
+
+    Reports once per epoch `{"final": False, "cycle", "epoch", "epoch_val_acc", "train_loss", "lr"}` (no
+    checkpoint: curves for TensorBoard and live progress), then last the cycle's row with `"final": True` and
+    the checkpoint. Only the final report carries `val_acc`; a driver records only that one."""
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
     torch.set_num_threads(max(1, int(cpus)))  # the trial's CPU share, not the whole machine
     spec = trial_device(config["spec"])
     start = config.get("start_checkpoint")
     # A local path is used in place; a cloud URI is downloaded to a temporary folder first.
     opened = tune.Checkpoint(start).as_directory() if start else nullcontext(None)
+
+    def report_epoch(m: dict) -> None:
+        tune.report({"final": False, "cycle": config["cycle"], "epoch": m["epoch"], "epoch_val_acc": m["val_acc"],
+                     "train_loss": m["train_loss"], "lr": m["lr"]})
+
     with opened as start_dir, tempfile.TemporaryDirectory() as work:
         try:
             result = run_cycle(spec, cycle=config["cycle"], max_lr=config["max_lr"], seed=config["seed"],
-                               start_checkpoint=start_dir, checkpoint_dir=Path(work) / "checkpoint")
+                               start_checkpoint=start_dir, checkpoint_dir=Path(work) / "checkpoint",
+                               on_epoch=report_epoch)
         except CheckpointError as err:
             if start_dir == start:
                 raise
             raise CheckpointError(f"{start}: {err}") from err  # name the URI, not its temporary local copy
-        metrics = result.row() | {"key": config.get("key", ""), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+        metrics = result.row() | {"final": True, "key": config.get("key", ""),
+                                  "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                                   "node_id": ray.get_runtime_context().get_node_id()}
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(result.checkpoint))
