@@ -2,6 +2,7 @@
 periodic plain lines otherwise), and a failing trial's traceback at its first failure."""
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import threading
@@ -13,6 +14,7 @@ from typing import Callable, TextIO
 from ray import tune
 
 TTY_INTERVAL, PLAIN_INTERVAL = 0.5, 30.0  # seconds between redraws / between plain status lines
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its error headers
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,7 @@ class Progress:
 
     def failure(self, key: str, error_text: str, attempt: int, retrying: bool) -> None:
         """The whole traceback at a trial's first failure; one line for each later one."""
-        lines = error_text.strip().splitlines() or ["no error recorded"]
+        lines = _ANSI.sub("", error_text).strip().splitlines() or ["no error recorded"]
         then = "retrying" if retrying else "giving up"
         if key in self._tracebacks_shown:
             self.say(f"  [{self.elapsed()}] trial {key} failed again (attempt {attempt}, {then}): "
