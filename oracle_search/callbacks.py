@@ -15,8 +15,9 @@ if TYPE_CHECKING:  # ray loads lazily: the command line checks --callback before
 def _mlflow(out: Path, experiment: str) -> tune.Callback:
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 
-    # Next to the results unless the user points MLflow at a server.
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or (out / "mlruns").resolve().as_uri()
+    # Next to the results unless the user points MLflow at a server; a database file, since MLflow 3 refuses
+    # new runs in its older ./mlruns folder store.
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(out / 'mlflow.db').resolve()}"
     return MLflowLoggerCallback(tracking_uri=uri, experiment_name=experiment)
 
 

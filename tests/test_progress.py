@@ -215,3 +215,23 @@ def test_wandb_without_an_api_key_is_refused_at_the_command_line(tmp_path, monke
     assert "wandb has no API key" in capsys.readouterr().err
     monkeypatch.setenv("WANDB_MODE", "offline")
     assert callbacks.callback_name("wandb") == "wandb"
+
+
+@pytest.mark.slow
+def test_callback_mlflow_logs_every_epoch_of_every_trial(ray_local, tmp_path, monkeypatch, capsys):
+    mlflow = pytest.importorskip("mlflow", reason="mlflow-skinny is in the test extra")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = tmp_path / "run"
+    assert cli.main(["oracle", "--preset", "tiny", "--cycles", "0", "--grid", "0.03,0.3", "--callback", "mlflow",
+                     "--out", str(out)]) == 0
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "tiny"]
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 2
+    ledger = {row["max_lr"]: row for row in Ledger(out).rows()}
+    for run in runs:
+        curve = client.get_metric_history(run.info.run_id, "epoch_val_acc")
+        assert [m.step for m in curve] == list(range(1, TINY.epochs + 1))  # Tune's training_iteration
+        row = ledger[float(run.data.params["trial/max_lr"])]
+        assert run.data.metrics["val_acc"] == pytest.approx(row["val_acc"])
+        assert max(m.value for m in curve) == pytest.approx(row["val_acc"])
