@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import struct
 import sys
 import threading
@@ -169,6 +170,10 @@ def test_a_run_reports_every_epoch_shows_progress_and_a_first_failure_and_record
     assert "    | ValueError: first attempt of t1 fails on purpose" in lines
     # One line per finished trial, and plain periodic status lines while they ran (stdout is not a terminal).
     assert sum("oracle/grid cycle 0 seed 0" in line for line in lines) == 3
+    counts = [tuple(map(int, m.groups())) for line in lines
+              if (m := re.search(r"running (\d+) · pending (\d+) · finished (\d+)", line))]
+    assert counts and all(sum(c) <= 3 and c[0] <= 2 for c in counts)  # 3 trials, 2 CPUs: nothing counted twice
+    assert any(c[0] >= 1 for c in counts)
     assert any("running " in line and "oracle c0" in line for line in lines)
     assert "\r" not in text and "\x1b" not in text
 
