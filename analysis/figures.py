@@ -42,24 +42,34 @@ def _density_axis(ax, lam: pd.Series) -> None:
     ax.grid(True, which="both", alpha=0.3)
 
 
-def max_lr_figure(pooled: pd.DataFrame, per_seed: pd.DataFrame, silo: dict | None, rate: float, cycles: int,
+SILO_STYLE = {"silo_paper": ("s--", "tab:red"), "silo_fit": ("D:", "tab:purple")}
+
+
+def max_lr_figure(pooled: pd.DataFrame, per_seed: pd.DataFrame, silo: dict[str, dict], rate: float, cycles: int,
                   theory: dict) -> bytes:
-    """Oracle best max_lr with interval bars, per-seed choices, SILO's curve and the theory curve."""
+    """Oracle b (seed mean) with the paper's interval as bars and the noise-aware interval as a band, each seed's
+    own best, every SILO variant's curve and the theory curve."""
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
     if not per_seed.empty:
         ax.scatter(per_seed["density"], per_seed["best_max_lr"], marker="x", color="grey", alpha=0.6,
-                   label="Oracle, per seed")
+                   label="Oracle, each seed's own best")
     if not pooled.empty:
+        n = int(pooled["n_seeds"].min())
+        ax.fill_between(pooled["density"], pooled["noise_lo"], pooled["noise_hi"], color="tab:blue", alpha=0.15,
+                        label=f"noise-aware interval (n = {n})")
         best = pooled["best_max_lr"]
         ax.errorbar(pooled["density"], best, yerr=[best - pooled["lo"], pooled["hi"] - best], fmt="o-", capsize=4,
-                    color="tab:blue", label="Oracle (seed mean) and interval")
+                    color="tab:blue", label="Oracle (seed mean) and the paper's interval")
     m = np.arange(cycles + 1)
     lam = 100.0 * (1.0 - rate) ** m
-    silo_lr = silo_curve(m, **silo, rate=rate) if silo else None
-    if silo_lr is not None:
-        ax.plot(lam, silo_lr, "s--", color="tab:red", label="SILO")
-    scale = pooled.set_index("cycle")["best_max_lr"].get(0, None if silo_lr is None else silo_lr[0])
+    first = None
+    for method, params in silo.items():
+        curve = silo_curve(m, **params, rate=rate)
+        first = curve[0] if first is None else first
+        fmt, colour = SILO_STYLE.get(method, ("s--", None))
+        ax.plot(lam, curve, fmt, color=colour, label=label(method))
+    scale = pooled.set_index("cycle")["best_max_lr"].get(0, first) if not pooled.empty else first
     if scale is not None:
         k = np.linspace(0, cycles, 200)
         ax.plot(100.0 * (1.0 - rate) ** k, scale * theory_lr(k, rate, **theory), color="tab:green",
@@ -76,14 +86,14 @@ def max_lr_figure(pooled: pd.DataFrame, per_seed: pd.DataFrame, silo: dict | Non
 
 
 def accuracy_figure(df: pd.DataFrame) -> bytes:
-    """Early-stop test accuracy (mean ± std over seeds) against λ, one line per schedule."""
+    """Early-stop test accuracy (mean ± 95 % half-width over seeds) against λ, one line per method."""
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
     lam = densities(df)
     for m in methods(df):
         stats = accuracy_stats(final_rows(df, m))
         if not stats.empty:
-            ax.errorbar(lam[stats.index], stats["mean"], yerr=stats["std"].fillna(0), fmt="o-", capsize=3,
+            ax.errorbar(lam[stats.index], stats["mean"], yerr=stats["ci95"].fillna(0), fmt="o-", capsize=3,
                         label=label(m))
     ax.set_ylabel("early-stop test accuracy (%)")
     _density_axis(ax, lam)

@@ -1,84 +1,60 @@
-"""The Oracle's max_lr and interval (paper §5.3) per (seed, cycle) and pooled over seeds, against SILO's max_lr."""
+"""The Oracle's choice and both intervals per cycle (on seed means) and per seed, against each SILO variant's
+max_lr. All decisions come from `oracle_search.selection`, the drivers' own rule."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from analysis.select import densities, oracle_trials, silo_max_lr_by_cycle
+from analysis.select import densities, oracle_trials, silo_max_lr_by_cycle, silo_methods
+from oracle_search.selection import TOLERANCE, Curve, choose, inside
 
-TOLERANCE = 0.5  # percentage points of validation accuracy
-_EPS = 1e-9
-
-
-def interval(acc: pd.Series, tol: float = TOLERANCE) -> dict:
-    """Best max_lr of `acc` (max_lr -> val_acc; ties go to the smaller) and the values within `tol` of it.
-
-    `contiguous` says whether no grid value between the interval's ends lies outside it.
-    """
-    acc = acc.sort_index()
-    best_acc = acc.max()
-    best = acc.index[(acc == best_acc).to_numpy()][0]
-    member = (acc >= best_acc - tol - _EPS).to_numpy()
-    grid = acc.index.to_numpy()
-    lo, hi = grid[member].min(), grid[member].max()
-    between = (grid >= lo) & (grid <= hi)
-    return {
-        "best_max_lr": float(best),
-        "best_val_acc": float(best_acc),
-        "lo": float(lo),
-        "hi": float(hi),
-        "contiguous": bool(member[between].all()),
-        "n_grid": len(grid),
-        "n_inside": int(member.sum()),
-    }
+_KEYS = ["best_max_lr", "best_val_acc", "best_se", "lo", "hi", "contiguous", "noise_lo", "noise_hi",
+         "noise_contiguous", "n_seeds", "n_values", "values", "unimodal"]
 
 
-def _grid_accuracy(df: pd.DataFrame) -> pd.Series:
-    """Validation accuracy per (seed, cycle, max_lr) over the Oracle's trials, repeats averaged."""
+def _record(choice) -> dict:
+    return {"best_max_lr": choice.best, "best_val_acc": choice.best_acc, "best_se": choice.best_se,
+            "lo": choice.lo, "hi": choice.hi, "contiguous": choice.contiguous, "noise_lo": choice.noise_lo,
+            "noise_hi": choice.noise_hi, "noise_contiguous": choice.noise_contiguous, "n_seeds": choice.n_seeds,
+            "n_values": len(choice.values), "values": " ".join(f"{v:.4g}" for v in choice.values),
+            "unimodal": choice.unimodal}
+
+
+def _against_silo(frame: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """Add each cycle's density and, per SILO variant M: M_max_lr, M_inside (paper), M_noise_inside."""
+    frame = frame.assign(density=frame["cycle"].map(densities(df)))
+    for method in silo_methods(df):
+        lr = frame["cycle"].map(silo_max_lr_by_cycle(df, method)).astype(float)
+        frame[f"{method}_max_lr"] = lr
+        for name, lo, hi in (("inside", "lo", "hi"), ("noise_inside", "noise_lo", "noise_hi")):
+            flags = [pd.NA if np.isnan(v) else inside(v, a, b) for v, a, b in zip(lr, frame[lo], frame[hi])]
+            frame[f"{method}_{name}"] = pd.array(flags, dtype="boolean")
+    return frame
+
+
+def oracle_intervals(df: pd.DataFrame, tol: float = TOLERANCE) -> pd.DataFrame:
+    """One row per cycle: b, both intervals, the values every seed trained, and each SILO variant against them."""
     rows = oracle_trials(df)
-    # Round keys so grid values computed separately per seed still match.
-    key = rows["max_lr"].map(lambda x: float(f"{x:.12g}"))
-    return rows.assign(max_lr=key).groupby(["seed", "cycle", "max_lr"])["val_acc"].mean()
-
-
-def _compare(frame: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
-    """Add each cycle's density, SILO's max_lr and whether it lies in [lo, hi] (NA without SILO)."""
-    silo = frame["cycle"].map(silo_max_lr_by_cycle(df)).astype(float)
-    inside = (silo >= frame["lo"] * (1 - _EPS)) & (silo <= frame["hi"] * (1 + _EPS))
-    return frame.assign(
-        density=frame["cycle"].map(densities(df)),
-        silo_max_lr=silo,
-        inside=inside.astype("boolean").mask(silo.isna()),
-    )
-
-
-_KEYS = ["best_max_lr", "best_val_acc", "lo", "hi", "contiguous", "n_grid", "n_inside"]
+    records = [{"cycle": int(cycle), **_record(choice)} for cycle, group in rows.groupby("cycle")
+               if (choice := choose(Curve.from_rows(group), tol)) is not None]
+    frame = pd.DataFrame(records, columns=["cycle", *_KEYS])
+    frame = _against_silo(frame, df)
+    return frame[["cycle", "density", *_KEYS, *[c for c in frame if c.startswith("silo_")]]]
 
 
 def seed_intervals(df: pd.DataFrame, tol: float = TOLERANCE) -> pd.DataFrame:
-    """One row per (seed, cycle): the Oracle's best max_lr, interval [lo, hi], contiguity, SILO inside."""
-    acc = _grid_accuracy(df)
-    rows = [
-        {"seed": seed, "cycle": cycle, **interval(g.droplevel(["seed", "cycle"]), tol)}
-        for (seed, cycle), g in acc.groupby(level=["seed", "cycle"])
-    ]
-    frame = pd.DataFrame(rows, columns=["seed", "cycle", *_KEYS])
-    return _compare(frame, df)[["seed", "cycle", "density", *_KEYS, "silo_max_lr", "inside"]]
+    """One row per (seed, cycle): that seed's own best and interval (n = 1, so both intervals coincide)."""
+    rows = oracle_trials(df)
+    records = [{"seed": int(seed), "cycle": int(cycle), **_record(choice)}
+               for (seed, cycle), group in rows.groupby(["seed", "cycle"])
+               if (choice := choose(Curve.from_rows(group), tol)) is not None]
+    frame = pd.DataFrame(records, columns=["seed", "cycle", *_KEYS])
+    return _against_silo(frame, df)
 
 
-def pooled_intervals(df: pd.DataFrame, tol: float = TOLERANCE) -> pd.DataFrame:
-    """One row per cycle: the interval on the seed-mean validation accuracy of grid values every seed trained."""
-    acc = _grid_accuracy(df)
-    rows = []
-    for cycle, g in acc.groupby(level="cycle"):
-        wide = g.droplevel("cycle").unstack("seed").dropna()
-        if not wide.empty:
-            rows.append({"cycle": cycle, **interval(wide.mean(axis=1), tol), "n_seeds": wide.shape[1]})
-    frame = pd.DataFrame(rows, columns=["cycle", *_KEYS, "n_seeds"])
-    return _compare(frame, df)[["cycle", "density", *_KEYS, "n_seeds", "silo_max_lr", "inside"]]
-
-
-def count_inside(frame: pd.DataFrame) -> tuple[int, int]:
-    """(cycles with SILO inside the interval, cycles with a SILO value to judge)."""
-    judged = frame["inside"].dropna()
+def count_inside(frame: pd.DataFrame, column: str) -> tuple[int, int]:
+    """(cycles where the flag holds, cycles with a value to judge)."""
+    if column not in frame:
+        return 0, 0
+    judged = frame[column].dropna()
     return int(np.sum(judged.to_numpy(dtype=bool))), len(judged)

@@ -11,10 +11,12 @@ import pandas as pd
 
 from analysis import figures, render
 from analysis.files import read_results, read_spec, write_atomic
-from analysis.intervals import TOLERANCE, pooled_intervals, seed_intervals
-from analysis.select import densities, pruning_rate, silo_params
-from analysis.tables import (Table, accuracy_table, cost_table, oracle_table, seed_table, statistics_source,
-                             statistics_table)
+from analysis.intervals import oracle_intervals, seed_intervals
+from analysis.select import densities, pruning_rate, silo_methods, silo_params
+from analysis.tables import (Table, accuracy_table, best_per_density, cost_table, headline, oracle_table,
+                             seed_table, statistics_source, statistics_table, values_table)
+from oracle_search.schema import REQUIRED, results_frame
+from oracle_search.selection import TOLERANCE
 
 THEORY = {"sigma_x": 1.0, "sigma_w": 1.0}  # Theorem 1's σ_X, σ_W; d comes from the spec (default: MNIST-1D's 40)
 
@@ -39,21 +41,55 @@ INPUT_DIMS = {"mnist1d": 40, "digits": 64, "synthetic": 32, "cifar10": 3 * 32 * 
 
 
 def _oracle_section(df: pd.DataFrame, spec: dict | None, tol: float) -> Section:
-    section = Section("Oracle max_lr and interval (paper §5.3)")
-    pooled, silo = pooled_intervals(df, tol), silo_params(df)
-    for make in (oracle_table, seed_table):
+    section = Section("Oracle max_lr and intervals (paper §5.3)")
+    for make in (oracle_table, values_table, seed_table):
         if (table := make(df, tol)) is not None:
             section.tables.append(table)
     if not section.tables:
         section.notes.append("No Oracle rows: Oracle intervals left out.")
-    if silo is None:
-        section.notes.append("No SILO rows: SILO's max_lr left out.")
-    if section.tables or silo is not None:
-        d = INPUT_DIMS.get((spec or {}).get("dataset"), 40)
-        png = figures.max_lr_figure(pooled, seed_intervals(df, tol), silo, pruning_rate(df, spec),
-                                    int(df["cycle"].max()), {**THEORY, "d": d})
-        section.plots.append(Plot("max_lr", "max_lr against density: Oracle, SILO and the theory curve "
-                                  "α ∝ C^(-1/2) (Theorem 2, Remark 2) scaled to the dense max_lr.", png))
+    return section
+
+
+def _max_lr_plot(df: pd.DataFrame, spec: dict | None, tol: float) -> Plot | None:
+    pooled = oracle_intervals(df, tol)
+    silo = {m: p for m in silo_methods(df) if (p := silo_params(df, m)) is not None}
+    if pooled.empty and not silo:
+        return None
+    d = INPUT_DIMS.get((spec or {}).get("dataset"), 40)
+    png = figures.max_lr_figure(pooled, seed_intervals(df, tol), silo, pruning_rate(df, spec),
+                                int(df["cycle"].max()), {**THEORY, "d": d})
+    return Plot("max_lr", "max_lr against density: the Oracle (seed mean, the paper's interval as bars, the "
+                "noise-aware interval as a band), each SILO variant, and the theory curve α ∝ C^(-1/2) "
+                "(Theorem 2, Remark 2) scaled to the dense max_lr.", png)
+
+
+def _silo_fit_note(out_dir: Path) -> str | None:
+    """silo_fit's search space and objective, as the pipeline recorded them."""
+    path = out_dir / "silo_fit.json"
+    if not path.exists():
+        return None
+    fit = json.loads(path.read_text())
+    sp = fit["space"]
+    return (f"SILO (fit): Optuna TPE over ε ∈ [{sp['epsilon'][0]:.4g}, {sp['epsilon'][1]:.4g}] (log), "
+            f"δ ∈ [{sp['delta'][0]:.4g}, {sp['delta'][1]:.4g}], q ∈ {{{sp['q'][0]}..{sp['q'][1]}}}, "
+            f"β ∈ [{sp['beta'][0]:g}, {sp['beta'][1]:g}]; objective: {fit['objective']} on tuning seed(s) "
+            f"{fit['seeds']}; {fit['trials']} trials. SILO (paper): q = 1, β = 5, ε = the Oracle's dense best, "
+            "δ by validation accuracy at the last cycle.")
+
+
+def _summary_section(df: pd.DataFrame, spec: dict | None, tol: float) -> Section:
+    """The answer first: the verdicts, SILO's cost against the Oracle's, the best method per density, the figure."""
+    section = Section("The answer")
+    pooled = oracle_intervals(df, tol)
+    section.notes += headline(pooled, tol)
+    for make in (cost_table, accuracy_table):
+        if (table := make(df)) is not None:
+            section.notes.append(table.verdict)
+    best = best_per_density(df)
+    if best:
+        section.notes.append("Best mean test accuracy per density: " + best + ".")
+    if (plot := _max_lr_plot(df, spec, tol)) is not None:
+        section.plots.append(plot)
     return section
 
 
@@ -64,9 +100,10 @@ def _accuracy_section(df: pd.DataFrame) -> Section:
         section.notes.append("No final or selected rows: accuracy table left out.")
         return section
     section.tables.append(table)
-    if not set(df["method"]) - {"oracle", "silo"}:
+    if not set(df["method"]) - {"oracle", "silo_paper", "silo_fit"}:
         section.notes.append("No baseline rows: baselines left out.")
-    section.plots.append(Plot("accuracy", "Early-stop test accuracy against density, mean ± std over seeds.",
+    section.plots.append(Plot("accuracy", "Early-stop test accuracy against density, mean ± 95 % half-width "
+                              "over seeds.",
                               figures.accuracy_figure(df)))
     return section
 
@@ -109,16 +146,21 @@ def _flatten(spec: dict, prefix: str = "") -> dict:
     return flat
 
 
+GPU_ONLY = ("amp", "channels_last", "compile")
+
+
 def _spec_cells(spec: dict) -> pd.DataFrame:
+    """The settings that mattered to this run: GPU-only switches are dropped from CPU runs, and the schedule
+    fields of schedules the run never used."""
     flat = _flatten(spec)
+    if spec.get("device") == "cpu" or not spec.get("resources", {}).get("gpus_per_trial"):
+        flat = {k: v for k, v in flat.items() if k not in GPU_ONLY}
     values = [v if isinstance(v, str) else json.dumps(v) for v in flat.values()]
     return pd.DataFrame({"key": list(flat), "value": values})
 
 
 def _markdown(title: str, spec: dict | None, sections: list[Section]) -> str:
     out = [f"# {title}\n"]
-    if spec:
-        out += ["## Experiment\n", render.markdown(_spec_cells(spec))]
     for s in sections:
         out.append(f"## {s.title}\n")
         out += [f"_{n}_\n" for n in s.notes]
@@ -126,6 +168,8 @@ def _markdown(title: str, spec: dict | None, sections: list[Section]) -> str:
             out += [f"### {t.title}\n"] * (t.title != s.title)
             out += [f"**Verdict:** {t.verdict}\n", render.markdown(t.cells, t.bold)]
         out += [f"![{p.caption}](figures/{p.name}.png)\n\n{p.caption}\n" for p in s.plots]
+    if spec:
+        out += ["## Settings\n", render.markdown(_spec_cells(spec))]
     return "\n".join(out)
 
 
@@ -139,8 +183,6 @@ def _html(title: str, spec: dict | None, sections: list[Section]) -> str:
     e = html.escape
     out = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(title)}</title>",
            f"<style>{_CSS}</style></head><body>", f"<h1>{e(title)}</h1>"]
-    if spec:
-        out += ["<h2>Experiment</h2>", render.html(_spec_cells(spec))]
     for s in sections:
         out.append(f"<h2>{e(s.title)}</h2>")
         out += [f"<p class=\"note\">{e(n)}</p>" for n in s.notes]
@@ -151,6 +193,9 @@ def _html(title: str, spec: dict | None, sections: list[Section]) -> str:
             data = base64.b64encode(p.png).decode()
             out.append(f"<figure><img alt=\"{e(p.caption)}\" src=\"data:image/png;base64,{data}\">"
                        f"<figcaption>{e(p.caption)}</figcaption></figure>")
+    if spec:
+        out += ["<details><summary><h2 style=\"display:inline\">Settings</h2></summary>", render.html(_spec_cells(spec)),
+                "</details>"]
     out.append("</body></html>\n")
     return "\n".join(out)
 
@@ -162,8 +207,11 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE) -> dict[str, Pa
     if df.empty:
         sections = [Section("Results", notes=["The results table is empty: nothing to report."])]
     else:
-        sections = [_oracle_section(df, spec, tolerance), _accuracy_section(df), _cost_section(df),
-                    _statistics_section(df)]
+        df = results_frame(df.to_dict("records")) if set(REQUIRED) <= set(df.columns) else df
+        sections = [_summary_section(df, spec, tolerance), _oracle_section(df, spec, tolerance),
+                    _accuracy_section(df), _cost_section(df), _statistics_section(df)]
+    if not df.empty and (note := _silo_fit_note(out_dir)) is not None:
+        sections[0].notes.append(note)
     title = "Oracle search report" + ("" if df.empty else f": {df['experiment'].iloc[0]}")
     written: dict[str, Path] = {}
     for s in sections:

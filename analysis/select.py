@@ -1,28 +1,24 @@
-"""Named selections of the results table: Oracle trials, each method's final rows, densities, SILO parameters."""
+"""Named selections of the results table: the current rows, each method's final rows, densities, SILO's
+parameters. Method names, labels and stages come from `oracle_search.schema`."""
 from __future__ import annotations
 
 import pandas as pd
 
-BASELINES = ("constant", "decay", "cyclical", "warmup", "cosine")
-LABELS = {
-    "oracle": "Oracle",
-    "silo": "SILO",
-    "constant": "Constant LR",
-    "decay": "LR decay",
-    "cyclical": "Cyclical LR",
-    "warmup": "LR warmup",
-    "cosine": "Cosine",
-}
-# The stages whose trainings a method's cost counts; methods not named here are baselines.
-COST_STAGES = {"oracle": ("grid", "refine"), "silo": ("fit", "final")}
-BASELINE_STAGES = ("tune", "final")
+from oracle_search.schema import METHODS, SILO_METHODS, Method, Stage, current_rows
+
+BASELINES = tuple(m.value for m, info in METHODS.items() if info.baseline)
+LABELS = {m.value: info.label for m, info in METHODS.items()}
+# The stages whose trainings a method's cost counts; methods not named here count tune + final.
+COST_STAGES = {Method.ORACLE.value: (Stage.GRID.value, Stage.REFINE.value),
+               Method.SILO_FIT.value: (Stage.FIT.value, Stage.FINAL.value)}
+DEFAULT_STAGES = (Stage.TUNE.value, Stage.FINAL.value)
 DEFAULT_RATE = 0.2
 
 
 def methods(df: pd.DataFrame) -> list[str]:
-    """Methods present, in report order: oracle, silo, the paper's baselines, then any others by name."""
-    known = ("oracle", "silo", *BASELINES)
+    """Methods present, in report order: the schema's order, then any others by name."""
     present = set(df["method"])
+    known = [m.value for m in METHODS]
     return [m for m in known if m in present] + sorted(present - set(known))
 
 
@@ -30,24 +26,29 @@ def label(method: str) -> str:
     return LABELS.get(method, method)
 
 
+def current(df: pd.DataFrame) -> pd.DataFrame:
+    return current_rows(df)
+
+
 def oracle_trials(df: pd.DataFrame) -> pd.DataFrame:
-    """The Oracle's grid and refinement trials that did not diverge."""
-    keep = (df["method"] == "oracle") & df["stage"].isin(COST_STAGES["oracle"]) & ~df["diverged"].astype(bool)
-    return df[keep]
+    """The Oracle's grid and refinement rows on its current chain (diverged ones included)."""
+    rows = current_rows(df)
+    return rows[rows["method"] == Method.ORACLE.value]
 
 
 def final_rows(df: pd.DataFrame, method: str) -> pd.DataFrame:
-    """The rows a method is judged by: the Oracle's selected trials, every other method's final stage."""
-    rows = df[df["method"] == method]
-    if method == "oracle":
-        return rows[rows["stage"].isin(COST_STAGES["oracle"]) & rows["selected"].astype(bool)]
-    return rows[rows["stage"] == "final"]
+    """The rows a method is judged by: the Oracle's selected chain, every other method's current final chain."""
+    rows = current_rows(df)
+    rows = rows[rows["method"] == method]
+    if method == Method.ORACLE.value:
+        return rows[rows["selected"].astype(bool)]
+    return rows[rows["stage"] == Stage.FINAL.value]
 
 
 def cost_rows(df: pd.DataFrame, method: str) -> pd.DataFrame:
-    """Every training a method paid for: Oracle grid + refine, SILO fit + final, baselines tune + final."""
-    rows = df[df["method"] == method]
-    return rows[rows["stage"].isin(COST_STAGES.get(method, BASELINE_STAGES))]
+    """Every training a method paid for and actually ran (rows reused from an identical training are free)."""
+    rows = df[(df["method"] == method) & ~df["reused"].astype(bool)]
+    return rows[rows["stage"].isin(COST_STAGES.get(method, DEFAULT_STAGES))]
 
 
 def densities(df: pd.DataFrame) -> pd.Series:
@@ -63,15 +64,20 @@ def pruning_rate(df: pd.DataFrame, spec: dict | None) -> float:
     return 1.0 - float(lam[1]) / 100.0 if 1 in lam.index else DEFAULT_RATE
 
 
-def silo_params(df: pd.DataFrame) -> dict | None:
-    """SILO's (epsilon, delta, q, beta) from its final rows, or None without them."""
-    rows = final_rows(df, "silo")[["epsilon", "delta", "q", "beta"]].dropna()
+def silo_methods(df: pd.DataFrame) -> list[str]:
+    """The SILO variants with final rows."""
+    return [m for m in SILO_METHODS if not final_rows(df, m).empty]
+
+
+def silo_params(df: pd.DataFrame, method: str = Method.SILO_PAPER.value) -> dict | None:
+    """A SILO variant's (epsilon, delta, q, beta) from its current final rows, or None without them."""
+    rows = final_rows(df, method)[["epsilon", "delta", "q", "beta"]].dropna()
     if rows.empty:
         return None
     first = rows.iloc[0]
     return {"epsilon": float(first.epsilon), "delta": float(first.delta), "q": int(first.q), "beta": float(first.beta)}
 
 
-def silo_max_lr_by_cycle(df: pd.DataFrame) -> pd.Series:
-    """The max_lr SILO used per cycle (shared by all seeds)."""
-    return final_rows(df, "silo").groupby("cycle")["max_lr"].first()
+def silo_max_lr_by_cycle(df: pd.DataFrame, method: str = Method.SILO_PAPER.value) -> pd.Series:
+    """The max_lr a SILO variant used per cycle (shared by all seeds)."""
+    return final_rows(df, method).groupby("cycle")["max_lr"].first()

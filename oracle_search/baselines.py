@@ -1,58 +1,46 @@
-"""The benchmark schedules (paper §5.1(3)): each one's peak LR grid-tuned on the dense network's validation
-accuracy, then full runs of every cycle for each seed, with LR rewinding; and SILO with fitted parameters."""
+"""Tuned methods and their final runs.
+
+Tuning (paper §5.1(3)): each benchmark schedule's peak LR is chosen on cycle 0 by seed-mean validation accuracy
+over the tuning seeds. Final runs: cycles 0..L of every tuned method on evaluation seeds that no tuning row used,
+all methods advancing one cycle at a time; their test accuracy fills the accuracy table."""
 from __future__ import annotations
 
-from oracle_search.engine import Runner, Trial
-from oracle_search.fitter import silo_spec, silo_tags
-from oracle_search.oracle import best_row, chain_suffix, grid_key
+from oracle_search.engine import Runner
+from oracle_search.oracle import chain_suffix, cycle_trial, grid_key
+from oracle_search.schema import BASELINES, Method, Stage
+from oracle_search.selection import Curve, best_value
 from trainables.schedules import SiloParams
+from trainables.spec import ExperimentSpec
 
-BASELINE_SCHEDULES = ("constant", "decay", "cyclical", "warmup", "cosine")
+
+def silo_spec(spec: ExperimentSpec, params: SiloParams) -> ExperimentSpec:
+    return spec.with_schedule(name="silo", silo=params)
 
 
-def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float]) -> dict[str, float]:
-    """Each schedule's best peak LR on cycle 0 (validation accuracy; ties to the smaller LR)."""
-    spec, seed = runner.spec, runner.spec.seed
-    trials = [Trial(key=f"{name}-tune-c00-s{seed}-lr{grid_key(lr)}", spec=spec.with_schedule(name=name), cycle=0,
-                    max_lr=lr, seed=seed, start_checkpoint=None,
-                    tags={"method": name, "stage": "tune", "schedule": name, "selected": False})
-              for name in schedules for lr in grid]
+def silo_tags(method: Method, params: SiloParams, stage: Stage, **extra) -> dict:
+    return {"method": method.value, "stage": stage.value, "schedule": "silo", "epsilon": params.epsilon,
+            "delta": params.delta, "q": params.q, "beta": params.beta, **extra}
+
+
+def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], seeds: list[int]) -> dict[str, float]:
+    """Each schedule's best peak LR on cycle 0 (seed-mean validation accuracy; ties to the smaller LR)."""
+    spec = runner.spec
+    trials = [cycle_trial(spec.with_schedule(name=name), f"{name}-tune-c00-s{seed}-lr{grid_key(lr)}", 0, seed, lr,
+                          None, {"method": name, "stage": Stage.TUNE.value, "schedule": name, "selected": False})
+              for name in schedules for lr in grid for seed in seeds]
     rows = runner.run(trials)
     peaks = {}
     for name in schedules:
-        best = best_row([rows[t.key] for t in trials if t.tags["method"] == name])
+        best = best_value(Curve.from_rows([rows[t.key] for t in trials if t.tags["method"] == name]))
         if best is None:
             runner.progress.say(f"  baselines: every peak LR diverged for {name}; it is left out")
             continue
-        peaks[name] = best["max_lr"]
-        runner.progress.say(f"  baselines: {name} tuned peak LR {best['max_lr']:.4g} (val {best['val_acc']:.1f})")
+        peaks[name] = best
+        runner.progress.say(f"  baselines: {name} tuned peak LR {best:.4g} over {len(seeds)} seed(s)")
     return peaks
 
 
-def full_runs(runner: Runner, runs: dict[str, tuple], seeds: list[int]) -> None:
-    """Cycles 0..L for each method and seed, all methods advancing one cycle at a time in parallel.
-
-    `runs` maps method -> (spec, max_lr, tags)."""
-    starts: dict[tuple[str, int], dict | None] = {(m, s): None for m in runs for s in seeds}
-    for cycle in range(runner.spec.cycles + 1):
-        trials = [Trial(key=f"{m}-final-c{cycle:02d}-s{s}-{_peak_name(spec, lr)}{chain_suffix(starts[(m, s)])}",
-                        spec=spec, cycle=cycle, max_lr=lr, seed=s,
-                        start_checkpoint=starts[(m, s)]["checkpoint"] if starts[(m, s)] else None, tags=tags)
-                  for m, (spec, lr, tags) in runs.items() for s in seeds if (m, s) in starts]
-        if not trials:
-            return
-        rows = runner.run(trials)
-        for t in trials:
-            row = rows[t.key]
-            if row["diverged"]:
-                runner.progress.say(f"  {t.tags['method']} seed {t.seed} diverged at cycle {cycle}; it stops here")
-                del starts[(t.tags["method"], t.seed)]
-            else:
-                starts[(t.tags["method"], t.seed)] = row
-        runner.progress.say(f"baselines: cycle {cycle} done [{runner.progress.elapsed()}]")
-
-
-def _peak_name(spec, lr: float | None) -> str:
+def peak_name(spec: ExperimentSpec, lr: float | None) -> str:
     """The key part naming a run's peak LR: the tuned value, or SILO's parameters."""
     if lr is not None:
         return f"lr{grid_key(lr)}"
@@ -60,17 +48,61 @@ def _peak_name(spec, lr: float | None) -> str:
     return f"silo{grid_key(p.epsilon)}_{grid_key(p.delta)}_{p.q}_{grid_key(p.beta)}"
 
 
-def run_baselines(runner: Runner, seeds: list[int], grid: list[float], silo: SiloParams | None,
-                  schedules: tuple[str, ...] = BASELINE_SCHEDULES) -> dict[str, float]:
-    """Tune every baseline's peak, then run all of them (and SILO, if given) for every seed."""
+def run_chains(runner: Runner, runs: dict[str, tuple[ExperimentSpec, float | None, dict]], seeds: list[int],
+               stage: Stage, last_cycle: int | None = None) -> dict[tuple[str, int], list[dict]]:
+    """Cycles 0..last_cycle for each named run and seed, all advancing one cycle at a time in parallel; a chain
+    that diverges stops. `runs` maps a name -> (spec, max_lr or None for SILO, tags). Returns each chain's rows."""
+    last = runner.spec.cycles if last_cycle is None else last_cycle
+    starts: dict[tuple[str, int], dict | None] = {(name, s): None for name in runs for s in seeds}
+    chains: dict[tuple[str, int], list[dict]] = {k: [] for k in starts}
+    for cycle in range(last + 1):
+        trials = {(name, s): cycle_trial(
+            spec, f"{tags['method']}-{stage.value}-{name}-c{cycle:02d}-s{s}-{peak_name(spec, lr)}"
+                  f"{chain_suffix(starts[(name, s)])}", cycle, s, lr, starts[(name, s)], tags | {"stage": stage.value})
+            for name, (spec, lr, tags) in runs.items() for s in seeds if (name, s) in starts}
+        if not trials:
+            break
+        rows = runner.run(list(trials.values()))
+        for (name, s), t in trials.items():
+            row = rows[t.key]
+            chains[(name, s)].append(row)
+            if row["diverged"]:
+                runner.progress.say(f"  {name} seed {s} diverged at cycle {cycle}; it stops here")
+                del starts[(name, s)]
+            else:
+                starts[(name, s)] = row
+        runner.progress.say(f"{stage.value} runs: cycle {cycle} done [{runner.progress.elapsed()}]")
+    return chains
+
+
+def supersede(runner: Runner, chains: dict[tuple[str, int], list[dict]]) -> None:
+    """Make these final chains the current ones: select their rows and deselect every other final row of the
+    same methods (a rerun with other tuned parameters replaces the earlier chain; both stay in the table)."""
+    keep = {row["key"] for rows in chains.values() for row in rows}
+    methods = {row["method"] for rows in chains.values() for row in rows}
+    for row in runner.ledger.rows():
+        if row.get("method") in methods and row.get("stage") == Stage.FINAL.value:
+            want = row["key"] in keep
+            if bool(row.get("selected")) != want:
+                runner.ledger.record(row | {"selected": want})
+
+
+def run_finals(runner: Runner, peaks: dict[str, float], silo: dict[Method, SiloParams], seeds: list[int]) -> None:
+    """Final runs of every tuned baseline and SILO variant on the evaluation seeds."""
     spec = runner.spec
-    runner.progress.say(f"baselines: tuning the peak LR of {', '.join(schedules)} over {len(grid)} values")
-    peaks = tune_peaks(runner, schedules, grid)
-    runs = {name: (spec.with_schedule(name=name), lr, {"method": name, "stage": "final", "schedule": name,
-                                                      "selected": True})
+    runs = {name: (spec.with_schedule(name=name), lr, {"method": name, "schedule": name, "selected": True})
             for name, lr in peaks.items()}
-    if silo is not None:
-        runs["silo"] = (silo_spec(spec, silo), None, silo_tags(silo, "final", selected=True))
-    runner.progress.say(f"baselines: full runs of {', '.join(runs)} for {len(seeds)} seed(s)")
-    full_runs(runner, runs, seeds)
+    for method, params in silo.items():
+        runs[method.value] = (silo_spec(spec, params), None, silo_tags(method, params, Stage.FINAL, selected=True))
+    runner.progress.say(f"final runs of {', '.join(runs)} on evaluation seeds {seeds}")
+    supersede(runner, run_chains(runner, runs, seeds, Stage.FINAL))
+
+
+def run_baselines(runner: Runner, tuning_seeds: list[int], eval_seeds: list[int], grid: list[float],
+                  silo: dict[Method, SiloParams], schedules: tuple[str, ...] = BASELINES) -> dict[str, float]:
+    """Tune every baseline's peak on the tuning seeds, then run them and the given SILO variants on the
+    evaluation seeds."""
+    runner.progress.say(f"baselines: tuning the peak LR of {', '.join(schedules)} over {len(grid)} values")
+    peaks = tune_peaks(runner, schedules, grid, tuning_seeds)
+    run_finals(runner, peaks, silo, eval_seeds)
     return peaks

@@ -61,6 +61,8 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
     for opt, (_, typ, text) in SPEC_OVERRIDES.items():
         g.add_argument(opt, type=typ, help=text)
     g.add_argument("--schedule", choices=SCHEDULE_NAMES, help="LR schedule within a cycle")
+    g.add_argument("--keep-output-dense", dest="prune_output", action="store_false", default=None,
+                   help="never prune the output layer (OpenLTH's setting for its CIFAR models)")
     if cluster:
         r = p.add_argument_group("resources")
         for opt, (_, typ, text) in RESOURCE_OVERRIDES.items():
@@ -85,6 +87,8 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
             changes[name] = value
     if "optimizer" in changes:
         changes["optimizer"] = dataclasses.replace(spec.optimizer, name=changes["optimizer"])
+    if getattr(args, "prune_output", None) is not None:
+        changes["prune_output"] = args.prune_output
     if getattr(args, "schedule", None):
         changes["schedule"] = dataclasses.replace(spec.schedule, name=args.schedule)
     res = {name: v for opt, (name, _, _) in RESOURCE_OVERRIDES.items()
@@ -113,53 +117,10 @@ def parse_grid(text: str) -> tuple[float, ...]:
     return values
 
 
-def prepare_out(out: Path, spec: ExperimentSpec) -> None:
-    """Create --out holding spec.json; a rerun must use the same experiment (it resumes)."""
-    saved = out / "spec.json"
-    if saved.exists():
-        old = ExperimentSpec.from_dict(json.loads(saved.read_text()))
-        if dataclasses.replace(old, resources=Resources()) != dataclasses.replace(spec, resources=Resources()):
-            raise SpecError("out", f"{out} holds a run of a different experiment; use a new --out")
-        return
-    from oracle_search.results import atomic_write_json
-
-    from oracle_search.security import redact
-
-    out.mkdir(parents=True, exist_ok=True)
-    stored = spec.to_dict()
-    if stored["resources"]["storage_path"]:
-        stored["resources"]["storage_path"] = redact(stored["resources"]["storage_path"])
-    atomic_write_json(saved, stored)
-
-
 def check_inputs(args: argparse.Namespace, spec: ExperimentSpec) -> None:
-    """Everything that can be checked before a run starts: the data loads, a local machine can hold one trial,
-    the study storage opens. A failure here is invalid input (exit 2), with nothing written."""
-    from trainables.data import load_data
+    from oracle_search.pipeline import check_inputs as check
 
-    load_data(spec)
-    res = spec.resources
-    if not getattr(args, "address", None):
-        import os
-
-        import torch
-
-        if res.cpus_per_trial > (os.cpu_count() or 1):
-            raise SpecError("cpus-per-trial", f"{res.cpus_per_trial} exceeds this machine's {os.cpu_count()} CPUs "
-                            "(pass --address to use a cluster)")
-        if res.gpus_per_trial > torch.cuda.device_count():
-            raise SpecError("gpus-per-trial", f"{res.gpus_per_trial} exceeds this machine's "
-                            f"{torch.cuda.device_count()} GPUs (pass --address to use a cluster)")
-    url = getattr(args, "study_storage", None)
-    if url:
-        import optuna
-
-        from oracle_search.security import redact
-
-        try:
-            optuna.storages.get_storage(url)
-        except Exception as err:  # the driver's message may quote the URL: name only the kind of failure
-            raise SpecError("study-storage", f"cannot open {redact(url)} ({type(err).__name__})") from None
+    check(spec, address=getattr(args, "address", None), study_storage=getattr(args, "study_storage", None))
 
 
 # --- commands ----------------------------------------------------------------------------------------------------
@@ -230,35 +191,41 @@ def _silo_fields(spec: ExperimentSpec) -> dict[str, float]:
     return dataclasses.asdict(spec.schedule.silo)
 
 
-def _runner(args: argparse.Namespace, spec: ExperimentSpec):
-    from oracle_search.engine import Runner
+def _oracle_options(args: argparse.Namespace):
+    from oracle_search.pipeline import OracleOptions
 
-    out = Path(args.out)
-    prepare_out(out, spec)
-    from oracle_search.callbacks import logger_callbacks
-
-    return Runner(out=out, spec=spec, experiment=spec.preset, address=args.address,
-                  callbacks=logger_callbacks(args.callback, out, spec.preset))
+    return OracleOptions(seeds=args.seeds, refine=args.refine, bracket=not args.no_bracket)
 
 
-def _seeds(args: argparse.Namespace, spec: ExperimentSpec) -> list[int]:
-    if args.seeds < 1:
-        raise SpecError("seeds", f"must be >= 1, got {args.seeds}")
-    return list(range(spec.seed, spec.seed + args.seeds))
+def _fit_options(args: argparse.Namespace, spec: ExperimentSpec):
+    from oracle_search.pipeline import FitOptions
+
+    target = spec.cycles if args.target_cycle is None else args.target_cycle
+    if not 0 <= target <= spec.cycles:
+        raise SpecError("target-cycle", f"must lie in [0, cycles={spec.cycles}], got {target}")
+    ranges = [getattr(args, f"{name}_range") for name in ("epsilon", "delta", "q", "beta")]
+    return FitOptions(trials=args.trials, seeds=args.fit_seeds, storage=args.study_storage, target_cycle=target,
+                      space=_search_space(args, spec) if any(r is not None for r in ranges) else None)
+
+
+def _compare_options(args: argparse.Namespace, spec: ExperimentSpec):
+    from oracle_search.pipeline import CompareOptions
+
+    return CompareOptions(oracle=_oracle_options(args), fit=_fit_options(args, spec), eval_seeds=args.eval_seeds,
+                          silo_fit=args.trials > 0)
 
 
 def cmd_oracle(args: argparse.Namespace) -> int:
-    from oracle_search.oracle import oracle_table, run_oracle
+    from oracle_search import pipeline
+    from oracle_search.oracle import oracle_table
 
     spec = spec_from_args(args)
-    seeds = _seeds(args, spec)
-    if args.refine < 0:
-        raise SpecError("refine", f"must be >= 0, got {args.refine}")
+    options = _oracle_options(args)
+    pipeline.check_counts(seeds=(options.seeds, 1), refine=(options.refine, 0))
     check_inputs(args, spec)
-    with _runner(args, spec) as runner:
-        chosen = run_oracle(runner, seeds, list(spec.grid), refine=args.refine)
-    print("\nOracle table\n" + oracle_table(chosen))
-    print(f"\nresults: {runner.out / 'results.parquet'} (and results.csv)")
+    outcomes = pipeline.oracle(spec, Path(args.out), options, args.address)
+    print("\nOracle table\n" + oracle_table(outcomes))
+    print(f"\nresults: {Path(args.out) / 'results.parquet'} (and results.csv)")
     return 0
 
 
@@ -283,102 +250,58 @@ def _search_space(args: argparse.Namespace, spec: ExperimentSpec):
     return space
 
 
-def _fit_options(args: argparse.Namespace, spec: ExperimentSpec):
-    if args.trials < 1:
-        raise SpecError("trials", f"must be >= 1, got {args.trials}")
-    target = spec.cycles if args.target_cycle is None else args.target_cycle
-    if not 0 <= target <= spec.cycles:
-        raise SpecError("target-cycle", f"must lie in [0, cycles={spec.cycles}], got {target}")
-    return _search_space(args, spec), target
-
-
-def _fit(args: argparse.Namespace, runner, seeds: list[int], space, target: int):
-    from oracle_search.fitter import fit_silo, oracle_dense_lr
-
-    dense = oracle_dense_lr(runner.ledger.rows())
-    if dense is not None and args.epsilon_range is None:
-        # The paper tunes epsilon on the unpruned network; the Oracle's cycle 0 has done exactly that.
-        space = dataclasses.replace(space, epsilon=(dense / 2, dense * 2))
-        runner.progress.say(f"fit-silo: epsilon searched in [{dense / 2:.4g}, {dense * 2:.4g}] around the Oracle's "
-                            f"dense max_lr {dense:.4g}")
-    return fit_silo(runner, seeds, args.trials, space, args.study_storage, runner.slots(len(seeds)),
-                    target, dense)
-
-
 def cmd_fit_silo(args: argparse.Namespace) -> int:
+    from oracle_search import pipeline
+
     spec = spec_from_args(args)
-    seeds = _seeds(args, spec)
-    space, target = _fit_options(args, spec)
+    options = _fit_options(args, spec)
+    pipeline.check_counts(trials=(options.trials, 1), fit_seeds=(options.seeds, 1))
     check_inputs(args, spec)
-    with _runner(args, spec) as runner:
-        _fit(args, runner, seeds, space, target)
-        runner.write_results()
+    pipeline.fit_silo(spec, Path(args.out), options, args.address)
     return 0
 
 
-def _fitted_params(args: argparse.Namespace, runner):
-    """SILO's fitted parameters from this --out's study, else the preset's, said plainly."""
-    import optuna
-
-    from oracle_search.fitter import best_params, open_study
-
-    study = open_study(runner.out, runner.spec, args.study_storage)
-    if any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials):
-        return best_params(study)
-    runner.progress.say("baselines: no fitted SILO study in this --out; SILO uses the preset's parameters")
-    return runner.spec.schedule.silo
-
-
 def cmd_baselines(args: argparse.Namespace) -> int:
-    from oracle_search.baselines import run_baselines
+    from oracle_search import pipeline
 
     spec = spec_from_args(args)
-    seeds = _seeds(args, spec)
+    options = dataclasses.replace(_compare_options(args, spec), silo_fit=True)  # silo_fit if a study finished
+    pipeline.check_counts(seeds=(options.oracle.seeds, 1), eval_seeds=(options.eval_seeds, 2))
     check_inputs(args, spec)
-    with _runner(args, spec) as runner:
-        run_baselines(runner, seeds, list(spec.grid), _fitted_params(args, runner))
-        runner.write_results()
+    peaks = pipeline.baselines(spec, Path(args.out), options, args.address)
+    print("tuned peaks: " + ", ".join(f"{k} {v:.4g}" for k, v in peaks.items()))
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Oracle, then the SILO fitter, then the baselines, then the report: one resumable run on one --out."""
-    from analysis.report import write_report
-    from oracle_search.baselines import run_baselines
-    from oracle_search.fitter import best_params
-    from oracle_search.oracle import oracle_table, run_oracle
+    """Oracle, SILO (paper and fit), the baselines, then the report: one resumable run on one --out."""
+    from oracle_search import pipeline
 
     spec = spec_from_args(args)
-    seeds = _seeds(args, spec)
-    space, target = _fit_options(args, spec)
-    if args.refine < 0:
-        raise SpecError("refine", f"must be >= 0, got {args.refine}")
+    options = _compare_options(args, spec)
+    pipeline.check_counts(seeds=(options.oracle.seeds, 1), refine=(options.oracle.refine, 0),
+                          eval_seeds=(options.eval_seeds, 2))
+    if args.trials < 0:
+        raise SpecError("trials", f"must be >= 0, got {args.trials}")
     check_inputs(args, spec)
-    with _runner(args, spec) as runner:
-        say = runner.progress.say
-        say(f"compare: {spec.preset}, {spec.cycles + 1} cycles, {len(seeds)} seed(s) -> {runner.out}")
-        say("== 1/4 Oracle ==")
-        chosen = run_oracle(runner, seeds, list(spec.grid), refine=args.refine)
-        say("== 2/4 SILO fitter ==")
-        study = _fit(args, runner, seeds, space, target)
-        runner.write_results()
-        say("== 3/4 baselines ==")
-        run_baselines(runner, seeds, list(spec.grid), best_params(study))
-        runner.write_results()
-    say("== 4/4 report ==")
-    paths = write_report(runner.out)
-    print("\nOracle table\n" + oracle_table(chosen))
-    print(f"\nreport: {runner.out / 'report.md'} and {runner.out / 'report.html'}")
-    print(f"results: {runner.out / 'results.parquet'} (and results.csv); {len(paths)} files written")
+    result = pipeline.compare(spec, Path(args.out), options, args.address)
+    out = Path(args.out)
+    print(f"\nreport: {out / 'report.md'} and {result.report}")
+    print(f"results: {out / 'results.parquet'} (and results.csv), {len(result.results)} rows")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from analysis.files import read_results
     from analysis.report import write_report
+    from oracle_search.schema import REQUIRED
 
     out = Path(args.dir)
     if not ((out / "results.parquet").exists() or (out / "results.csv").exists()):
         raise SpecError("DIR", f"no results table in {out}")
+    missing = [c for c in REQUIRED if c not in read_results(out).columns]
+    if missing:
+        raise SpecError("DIR", f"the results table in {out} lacks the column(s) {', '.join(missing)}")
     paths = write_report(out)
     for name, path in paths.items():
         print(f"{name}: {path}")
@@ -391,6 +314,37 @@ def build_parser() -> Parser:
     p = Parser(prog="oracle-search", description="Which peak learning rate would an exhaustive Oracle choose at "
                "every pruning cycle, does SILO land inside its interval, and what does each cost?")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    def oracle_options(c: argparse.ArgumentParser) -> None:
+        o = c.add_argument_group("Oracle")
+        o.add_argument("--grid", help="max_lr values: 0.01,0.02 or log:LO:HI:N (default: the preset's grid)")
+        o.add_argument("--seeds", type=int, default=3, help="tuning seeds; every max_lr is trained on each "
+                       "(default 3: the noise-aware interval needs several)")
+        o.add_argument("--refine", type=int, default=3, help="most refinement rounds per cycle that resolve the "
+                       "intervals' edges (default 3; 0: the grid or bracket only)")
+        o.add_argument("--no-bracket", action="store_true", help="train the whole grid at every cycle, not a "
+                       "bracket around the previous choice")
+
+    def fit_options(c: argparse.ArgumentParser, trials: int) -> None:
+        f = c.add_argument_group("SILO fitter")
+        f.add_argument("--trials", type=int, default=trials, help=f"Optuna trials the study should hold "
+                       f"(default {trials}); rerun with a larger number to add trials")
+        f.add_argument("--fit-seeds", type=int, default=1, help="tuning seeds each Optuna trial trains "
+                       "(default 1; the objective is their mean)")
+        f.add_argument("--study-storage", help="Optuna storage URL (PostgreSQL on clusters); default: a journal "
+                       "file under --out")
+        f.add_argument("--target-cycle", type=int, help="cycle whose validation accuracy is the objective "
+                       "(default: the last)")
+        f.add_argument("--epsilon-range", help="LO:HI (log scale; default: half to twice the Oracle's dense "
+                       "max_lr when this --out holds an Oracle run, else the grid's range)")
+        f.add_argument("--delta-range", help="LO:HI (default 0:max of the grid)")
+        f.add_argument("--q-range", help="LO:HI integers (default 0:3)")
+        f.add_argument("--beta-range", help="LO:HI (default 3:6)")
+
+    def eval_options(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--eval-seeds", type=int, default=3, help="evaluation seeds of every tuned method's final "
+                       "runs, disjoint from the tuning seeds (default 3, at least 2)")
+
 
     sub.add_parser("presets", help="list the named setups").set_defaults(run=cmd_presets)
 
@@ -412,46 +366,31 @@ def build_parser() -> Parser:
 
     c = sub.add_parser("oracle", help="grid-search max_lr at every cycle on Ray Tune, chaining the best")
     add_spec_options(c, cluster=True)
-    c.add_argument("--grid", help="max_lr values: 0.01,0.02 or log:LO:HI:N (default: the preset's grid)")
-    c.add_argument("--refine", type=int, default=0, help="N extra linear values around each seed's coarse best")
-    c.add_argument("--seeds", type=int, default=1, help="number of seeds")
+    oracle_options(c)
     c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
     c.set_defaults(run=cmd_oracle)
-
-    def fit_options(c: argparse.ArgumentParser, trials: int) -> None:
-        f = c.add_argument_group("SILO fitter")
-        f.add_argument("--trials", type=int, default=trials, help=f"Optuna trials the study should hold "
-                       f"(default {trials}); rerun with a larger number to add trials")
-        f.add_argument("--study-storage", help="Optuna storage URL (PostgreSQL on clusters); default: a journal "
-                       "file under --out")
-        f.add_argument("--target-cycle", type=int, help="cycle whose validation accuracy is the objective "
-                       "(default: the last)")
-        f.add_argument("--epsilon-range", help="LO:HI (log scale; default: half to twice the Oracle's dense "
-                       "max_lr when this --out holds an Oracle run, else the grid's range)")
-        f.add_argument("--delta-range", help="LO:HI (default 0:max of the grid)")
-        f.add_argument("--q-range", help="LO:HI integers (default 0:3)")
-        f.add_argument("--beta-range", help="LO:HI (default 3:6)")
 
     c = sub.add_parser("fit-silo", help="fit SILO's (epsilon, delta, q, beta) with Optuna")
     add_spec_options(c, cluster=True)
     fit_options(c, 12)
-    c.add_argument("--seeds", type=int, default=1, help="seeds per trial (the objective is their mean)")
     c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
     c.set_defaults(run=cmd_fit_silo)
 
-    c = sub.add_parser("baselines", help="tune and run the benchmark schedules and the fitted SILO")
+    c = sub.add_parser("baselines", help="tune the benchmark schedules, then run them, silo_paper and silo_fit "
+                       "on held-out evaluation seeds")
     add_spec_options(c, cluster=True)
-    c.add_argument("--seeds", type=int, default=1, help="number of seeds")
-    c.add_argument("--study-storage", help="the fitter's Optuna storage URL (default: the journal under --out)")
+    c.add_argument("--seeds", type=int, default=3, help="tuning seeds (default 3)")
+    eval_options(c)
+    fit_options(c, 0)
+    c.add_argument("--refine", type=int, default=3, help=argparse.SUPPRESS)
+    c.add_argument("--no-bracket", action="store_true", help=argparse.SUPPRESS)
     c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
     c.set_defaults(run=cmd_baselines)
 
     c = sub.add_parser("compare", help="the main job: Oracle, SILO fitter, baselines, then the report")
     add_spec_options(c, cluster=True)
-    c.add_argument("--grid", help="Oracle max_lr values (default: the preset's grid)")
-    c.add_argument("--refine", type=int, default=3, help="N extra linear Oracle values around each coarse best "
-                   "(default 3)")
-    c.add_argument("--seeds", type=int, default=1, help="number of seeds")
+    oracle_options(c)
+    eval_options(c)
     fit_options(c, 8)
     c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
     c.set_defaults(run=cmd_compare)

@@ -19,7 +19,7 @@ from ray import tune
 from ray.tune.search import Searcher
 
 from oracle_search.progress import Progress
-from oracle_search.results import atomic_write_json, write_results
+from oracle_search.schema import atomic_write_json, write_results
 from trainables.spec import ExperimentSpec
 from trainables.tune_adapter import cycle_trainable
 
@@ -232,6 +232,7 @@ class Runner:
         self._failed: dict[str, str] = {}  # key -> the last line of its error
         self._by_key: dict[str, Trial] = {}
         self._tune_error: BaseException | None = None
+        self._trainings: dict[str, dict] | None = None
 
     def __enter__(self) -> "Runner":
         return self
@@ -240,9 +241,20 @@ class Runner:
         self.close()
 
     def run(self, trials: list[Trial]) -> dict[str, dict]:
-        """Rows of all `trials`, training only those not already in the ledger; blocks until they finish."""
+        """Rows of all `trials`, training only those not already in the ledger; blocks until they finish.
+
+        A trial whose training an earlier row already did (the same `training` tag, e.g. the LR-warmup baseline's
+        cycle-0 tuning and the Oracle's cycle-0 grid) is not trained again: that row is copied under the trial's
+        key and tags, marked `reused`."""
         rows = {t.key: row for t in trials if (row := self.ledger.get(t.key)) is not None}
-        todo = [t for t in trials if t.key not in rows]
+        rows |= self._reuse([t for t in trials if t.key not in rows])
+        todo, twins = [], []  # twins: a later trial of a training this batch already runs
+        first: dict[str, Trial] = {}
+        for t in (t for t in trials if t.key not in rows):
+            training = t.tags.get("training")
+            (twins if training in first else todo).append(t)
+            if training:
+                first.setdefault(training, t)
         if todo:
             self._start()
             self._by_key.update({t.key: t for t in todo})
@@ -254,6 +266,8 @@ class Runner:
                         break
                     self._done.wait(timeout=1.0)
             rows.update({k: self._finished[k] for k in keys if k in self._finished})
+        if twins:
+            rows |= self._reuse(twins)
         missing = [t.key for t in trials if t.key not in rows]
         if missing:
             cause = f" ({self._tune_error})" if self._tune_error else ""
@@ -261,6 +275,24 @@ class Runner:
             raise RunFailed(f"{len(missing)} trial(s) failed after {self.max_failures} retries{cause} "
                             f"(first: {first}); finished trials are kept, rerun the command to resume")
         return rows
+
+    def _reuse(self, trials: list[Trial]) -> dict[str, dict]:
+        if not any(t.tags.get("training") for t in trials):
+            return {}
+        if self._trainings is None:  # training -> the row that trained it, read from the ledger once
+            self._trainings = {}
+            for row in self.ledger.rows():
+                if row.get("training") and not row.get("reused"):
+                    self._trainings.setdefault(row["training"], row)
+        reused = {}
+        for t in trials:
+            row = self._trainings.get(t.tags.get("training"))
+            if row is None:
+                continue
+            measured = {k: row[k] for k in (*ROW_METRICS, "experiment", "trial_id", "checkpoint") if k in row}
+            reused[t.key] = measured | t.tags | {"key": t.key, "reused": True}
+            self.ledger.record(reused[t.key])
+        return reused
 
     def slots(self, per: int = 1) -> int:
         """How many groups of `per` trials the cluster runs at once (at least 1)."""
@@ -291,6 +323,8 @@ class Runner:
             "experiment": self.experiment, "key": key, "trial_id": trial.trial_id,
             "checkpoint": checkpoint_uri(trial.checkpoint, self.storage)}
         self.ledger.record(row)
+        if self._trainings is not None and row.get("training"):
+            self._trainings.setdefault(row["training"], row)
         self.progress.trial(row)
         with self._done:
             self._finished[key] = row

@@ -90,7 +90,7 @@ def silo_spec(spec: ExperimentSpec, params: SiloParams) -> ExperimentSpec:
 
 
 def silo_tags(params: SiloParams, stage: str, **extra) -> dict:
-    return {"method": "silo", "stage": stage, "schedule": "silo", **dataclasses.asdict(params), **extra}
+    return {"method": "silo_fit", "stage": stage, "schedule": "silo", **dataclasses.asdict(params), **extra}
 
 
 @dataclass

@@ -1,50 +1,23 @@
-"""The Oracle (paper §5.3): at every cycle, train every max_lr of a grid from the same chained checkpoint
-and chain the best (by validation accuracy) forward, per seed."""
+"""The Oracle (paper §5.3): at every cycle, train max_lr values from the same chained checkpoint on every seed,
+choose b by seed-mean validation accuracy (`selection.choose`), and chain each seed's b checkpoint forward.
+
+Every seed trains the same values, so each value's seed mean and paired differences are defined. Cycle 0 trains
+the coarse grid; later cycles start from a bracket around the previous choice. Then rounds of refinement add
+values until each edge of both intervals lies between a trained value inside and one outside, resolved to 5 %,
+or the round budget is spent (`selection.next_values`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from oracle_search.engine import Runner, Trial
-
-INTERVAL_TOLERANCE = 0.5  # percentage points of validation accuracy (paper §5.3)
+from oracle_search.schema import Method, Stage
+from oracle_search.selection import Choice, Curve, bracket, choose, next_values
+from trainables.schedules import cycle_peak
+from trainables.spec import ExperimentSpec
 
 
 def grid_key(value: float) -> str:
     return f"{value:.6g}"
-
-
-def best_row(rows: list[dict]) -> dict | None:
-    """Highest validation accuracy among non-diverged rows; ties go to the smaller max_lr."""
-    alive = [r for r in rows if not r["diverged"]]
-    return min(alive, key=lambda r: (-r["val_acc"], r["max_lr"])) if alive else None
-
-
-def interval(rows: list[dict], tolerance: float = INTERVAL_TOLERANCE) -> tuple[float, float]:
-    """[min, max] of the max_lr values within `tolerance` points of the best validation accuracy."""
-    best = best_row(rows)
-    near = [r["max_lr"] for r in rows if not r["diverged"] and r["val_acc"] >= best["val_acc"] - tolerance]
-    return min(near), max(near)
-
-
-def refine_values(grid: list[float], best: float, n: int) -> list[float]:
-    """n linearly spaced values strictly between the coarse grid neighbours of `best`."""
-    grid = sorted(grid)
-    i = grid.index(best)
-    low = grid[i - 1] if i > 0 else best / 2
-    high = grid[i + 1] if i + 1 < len(grid) else best * 2
-    values = np.linspace(low, high, n + 2)[1:-1]
-    return [float(v) for v in values if not any(np.isclose(v, g, rtol=1e-9) for g in grid)]
-
-
-@dataclass
-class CycleChoice:
-    seed: int
-    cycle: int
-    row: dict  # the selected trial's row
-    low: float
-    high: float
 
 
 def chain_suffix(start: dict | None) -> str:
@@ -52,17 +25,44 @@ def chain_suffix(start: dict | None) -> str:
     return f"-from{start['checkpoint_hash'][:10]}" if start else ""
 
 
-def oracle_trial(runner: Runner, cycle: int, seed: int, lr: float, start: dict | None, stage: str) -> Trial:
-    return Trial(key=f"oracle-c{cycle:02d}-s{seed}-lr{grid_key(lr)}{chain_suffix(start)}", spec=runner.spec,
-                 cycle=cycle, max_lr=lr, seed=seed, start_checkpoint=start["checkpoint"] if start else None,
-                 tags={"method": "oracle", "stage": stage, "schedule": runner.spec.schedule.name})
+def training_id(spec: ExperimentSpec, cycle: int, seed: int, max_lr: float | None, start: dict | None) -> str:
+    """Identity of a training: two trials with the same id train the same network the same way."""
+    peak = cycle_peak(spec.schedule, cycle, spec.rate, max_lr)
+    return (f"{spec.training_fingerprint()}-c{cycle}-s{seed}-lr{grid_key(peak)}"
+            f"-from{start['checkpoint_hash'] if start else ''}")
+
+
+def cycle_trial(spec: ExperimentSpec, key: str, cycle: int, seed: int, max_lr: float | None, start: dict | None,
+                tags: dict) -> Trial:
+    """A trial of one cycle, tagged with its training identity so an identical training is never run twice."""
+    return Trial(key=key, spec=spec, cycle=cycle, max_lr=max_lr, seed=seed,
+                 start_checkpoint=start["checkpoint"] if start else None,
+                 tags=tags | {"training": training_id(spec, cycle, seed, max_lr, start)})
+
+
+def oracle_trial(runner: Runner, cycle: int, seed: int, lr: float, start: dict | None, stage: Stage) -> Trial:
+    return cycle_trial(runner.spec, f"oracle-c{cycle:02d}-s{seed}-lr{grid_key(lr)}{chain_suffix(start)}", cycle,
+                       seed, lr, start, {"method": Method.ORACLE.value, "stage": stage.value,
+                                         "schedule": runner.spec.schedule.name})
+
+
+@dataclass
+class CycleOutcome:
+    cycle: int
+    choice: Choice
+    selected: dict[int, dict]  # seed -> the row chained forward
+    rounds: int  # refinement rounds after the coarse grid or bracket
+
+    @property
+    def density(self) -> float:
+        return next(iter(self.selected.values()))["density"]
 
 
 def mark_selected(runner: Runner, best: dict, ledger_rows: list[dict]) -> dict:
     """Record `best` as the (seed, cycle)'s chained trial, and no other (a rerun with other options may have
     chosen another)."""
     for row in ledger_rows:
-        if (row.get("method") == "oracle" and row.get("selected") and row["seed"] == best["seed"]
+        if (row.get("method") == Method.ORACLE.value and row.get("selected") and row["seed"] == best["seed"]
                 and row["cycle"] == best["cycle"] and row["key"] != best["key"]):
             runner.ledger.record(row | {"selected": False})
     if not best.get("selected"):
@@ -71,50 +71,52 @@ def mark_selected(runner: Runner, best: dict, ledger_rows: list[dict]) -> dict:
     return best
 
 
-def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int = 0) -> dict[int, list[CycleChoice]]:
-    """Run cycles 0..L for every seed; returns the chosen trial per seed and cycle."""
+def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int = 3,
+               use_bracket: bool = True) -> list[CycleOutcome]:
+    """Run cycles 0..L on every seed; `refine` is the most refinement rounds per cycle."""
     spec, say = runner.spec, runner.progress.say
-    chosen: dict[int, list[CycleChoice]] = {s: [] for s in seeds}
-    active = list(seeds)
+    outcomes: list[CycleOutcome] = []
     for cycle in range(spec.cycles + 1):
-        starts = {s: (chosen[s][-1].row if cycle else None) for s in active}
-        say(f"oracle cycle {cycle}: {len(grid)} max_lr x {len(active)} seed(s)")
-        coarse = [oracle_trial(runner, cycle, s, lr, starts[s], "grid") for s in active for lr in grid]
-        rows = runner.run(coarse)
-        per_seed = {s: [rows[t.key] for t in coarse if t.seed == s] for s in active}
-        if refine:
-            fine = [oracle_trial(runner, cycle, s, lr, starts[s], "refine")
-                    for s in active if (b := best_row(per_seed[s])) is not None
-                    for lr in refine_values(grid, b["max_lr"], refine)]
-            if fine:
-                fine_rows = runner.run(fine)
-                for t in fine:
-                    per_seed[t.seed].append(fine_rows[t.key])
-        ledger_rows = runner.ledger.rows()  # read once per cycle, not once per seed
-        for s in list(active):
-            best = best_row(per_seed[s])
-            if best is None:
-                say(f"  seed {s}: every max_lr diverged at cycle {cycle}; this seed stops here")
-                active.remove(s)
-                continue
-            best = mark_selected(runner, best, ledger_rows)
-            low, high = interval(per_seed[s])
-            chosen[s].append(CycleChoice(s, cycle, best, low, high))
-            say(f"  cycle {cycle} seed {s} density {best['density']:.1f}%: best max_lr {best['max_lr']:.4g}, "
-                f"interval [{low:.4g}, {high:.4g}], val {best['val_acc']:.1f} test {best['test_acc']:.1f} "
-                f"[{runner.progress.elapsed()}]")
-        runner.write_results()
-        if not active:
+        starts = {s: outcomes[-1].selected[s] if outcomes else None for s in seeds}
+        values = bracket(grid, outcomes[-1].choice.best) if outcomes and use_bracket else sorted(grid)
+        if outcomes:  # the dense best at every cycle: §3.1's statistics at one fixed max_lr
+            values = sorted({*values, outcomes[0].choice.best})
+        say(f"oracle cycle {cycle}: {len(values)} max_lr x {len(seeds)} seed(s)")
+        rows: list[dict] = []
+        stage, rounds, choice = Stage.GRID, 0, None
+        while values:
+            trials = [oracle_trial(runner, cycle, s, lr, starts[s], stage) for s in seeds for lr in values]
+            rows += runner.run(trials).values()
+            choice = choose(Curve.from_rows(rows))
+            if choice is None or rounds >= refine:
+                break
+            values = next_values(choice, grid)
+            stage, rounds = Stage.REFINE, rounds + 1 if values else rounds
+        if choice is None:
+            say(f"  cycle {cycle}: every max_lr diverged on some seed; the Oracle stops here")
+            runner.write_results()
             break
-    return chosen
+        ledger_rows = runner.ledger.rows()  # read once per cycle, not once per seed
+        at_best = {r["seed"]: r for r in rows if f"{r['max_lr']:.6g}" == f"{choice.best:.6g}"}
+        selected = {s: mark_selected(runner, at_best[s], ledger_rows) for s in seeds}
+        outcomes.append(CycleOutcome(cycle, choice, selected, rounds))
+        runner.write_results()
+        say(f"  cycle {cycle} density {outcomes[-1].density:.1f}%: best max_lr {choice.best:.4g} "
+            f"(val {choice.best_acc:.1f} over {choice.n_seeds} seed(s)), interval [{choice.lo:.4g}, {choice.hi:.4g}], "
+            f"noise-aware [{choice.noise_lo:.4g}, {choice.noise_hi:.4g}], {len(choice.values)} values"
+            f"{'' if choice.unimodal else ', NOT unimodal'} [{runner.progress.elapsed()}]")
+    return outcomes
 
 
-def oracle_table(chosen: dict[int, list[CycleChoice]]) -> str:
-    """λ | Oracle max_lr | Oracle interval | validation and test accuracy, one line per (seed, cycle)."""
-    lines = [f"{'seed':>4} {'cycle':>5} {'λ %':>6} {'Oracle max_lr':>13} {'Oracle interval':>20} "
-             f"{'val %':>6} {'test %':>6}"]
-    for seed, choices in chosen.items():
-        for c in choices:
-            lines.append(f"{seed:>4} {c.cycle:>5} {c.row['density']:>6.1f} {c.row['max_lr']:>13.4g} "
-                         f"{f'[{c.low:.4g}, {c.high:.4g}]':>20} {c.row['val_acc']:>6.1f} {c.row['test_acc']:>6.1f}")
+def oracle_table(outcomes: list[CycleOutcome]) -> str:
+    """λ | Oracle max_lr | both intervals | seed-mean validation and test accuracy, one line per cycle."""
+    lines = [f"{'cycle':>5} {'λ %':>6} {'max_lr':>8} {'interval':>18} {'noise-aware':>18} {'val %':>12} "
+             f"{'test %':>6} {'values':>6}"]
+    for o in outcomes:
+        c = o.choice
+        test = sum(r["test_acc"] for r in o.selected.values()) / len(o.selected)
+        se = "" if c.n_seeds < 2 else f" ± {c.best_se:.1f}"
+        lines.append(f"{o.cycle:>5} {o.density:>6.1f} {c.best:>8.4g} {f'[{c.lo:.4g}, {c.hi:.4g}]':>18} "
+                     f"{f'[{c.noise_lo:.4g}, {c.noise_hi:.4g}]':>18} {f'{c.best_acc:.1f}{se}':>12} {test:>6.1f} "
+                     f"{len(c.values):>6}")
     return "\n".join(lines)

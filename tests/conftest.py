@@ -11,6 +11,7 @@ def ray_local() -> Iterator[None]:
     """A fresh local Ray instance with 2 CPUs for the whole session (never a stale cluster's address)."""
     import ray
 
+    ray.shutdown()  # an earlier test's in-process CLI run may have left its own local Ray connected
     ray.init(address="local", num_cpus=2, include_dashboard=False)
     yield
     ray.shutdown()

@@ -1,59 +1,110 @@
-"""Accuracy, cost, Oracle and statistics tables and their exact Markdown / LaTeX text, on hand-made rows."""
+"""The report's tables on hand-made results tables: Oracle intervals, accuracy with 95 % half-widths and n, cost
+counting trainings actually run, §3.1 statistics at the Oracle's dense best, and their exact Markdown / LaTeX."""
 from __future__ import annotations
+
+import math
 
 import pandas as pd
 import pytest
+from scipy import stats
 
 from analysis import render
-from analysis.tables import accuracy_table, cost_table, oracle_table, seed_table, statistics_table
+from analysis.intervals import oracle_intervals
+from analysis.tables import (accuracy_table, best_per_density, cost_table, headline, oracle_table, seed_table,
+                             statistics_table, values_table)
+from oracle_search.schema import results_frame
 
 
-def row(method: str, stage: str, seed: int, cycle: int, *, max_lr: float = 0.1, val_acc: float = 50.0,
-        test_acc: float = 50.0, selected: bool = True, diverged: bool = False, epochs: int = 10,
-        seconds: float = 360.0, grad_std: float = 0.1, act_std: float = 1.0) -> dict:
-    return {"method": method, "stage": stage, "seed": seed, "cycle": cycle, "density": 100 * 0.8**cycle,
-            "max_lr": max_lr, "val_acc": val_acc, "test_acc": test_acc, "selected": selected, "diverged": diverged,
-            "epochs": epochs, "seconds": seconds, "grad_std": grad_std, "act_std": act_std}
+def row(method: str, stage: str, seed: int, cycle: int, **kw) -> dict:
+    return {"experiment": "t", "method": method, "stage": stage, "seed": seed, "cycle": cycle,
+            "density": 100 * 0.8**cycle, "max_lr": 0.1, "val_acc": 50.0, "test_acc": 50.0, "epochs": 10,
+            "seconds": 360.0, "grad_std": 0.1, "act_std": 1.0, "selected": stage == "final", **kw}
 
 
-def tiny_accuracy_rows() -> pd.DataFrame:
-    rows = [row("oracle", "grid", s, c, test_acc=a) for (s, c), a in
-            {(0, 0): 80.0, (1, 0): 82.0, (0, 1): 70.0, (1, 1): 72.0}.items()]
-    rows += [row("oracle", "grid", 0, 0, test_acc=99.0, selected=False)]  # not chained forward: ignored
-    rows += [row("silo", "final", s, c, test_acc=a) for (s, c), a in {(0, 0): 79.0, (1, 0): 81.0, (0, 1): 75.0}.items()]
-    rows += [row("silo", "fit", 0, 1, test_acc=99.0)]  # fitter trial: ignored
-    return pd.DataFrame(rows)
+def oracle(seed: int, cycle: int, lr: float, *, chosen: float, **kw) -> dict:
+    """An Oracle grid row on seed `seed`'s chain, which picked `chosen` at every earlier cycle."""
+    return row("oracle", "grid", seed, cycle, max_lr=lr, selected=lr == chosen,
+               checkpoint_hash=f"s{seed}c{cycle}lr{lr}",
+               start_hash=f"s{seed}c{cycle - 1}lr{chosen}" if cycle else "", **kw)
 
 
-def test_accuracy_table_mean_std_and_best_per_column():
-    table = accuracy_table(tiny_accuracy_rows())
-    assert table.cells.values.tolist() == [["Oracle", "81.00 ± 1.41", "71.00 ± 1.41"], ["SILO", "80.00 ± 1.41", "75.00"]]
-    assert table.bold.values.tolist() == [[False, True, False], [False, False, True]]
-    assert table.verdict == "SILO best at 1 of 2 densities (highest mean test accuracy)."
-    oracle = table.data[table.data["method"] == "oracle"]
-    assert oracle["std"].tolist() == pytest.approx([2**0.5, 2**0.5])
-    assert oracle["density"].tolist() == pytest.approx([100.0, 80.0])
+# --- accuracy ---------------------------------------------------------------------------------------------------
+
+def accuracy_rows() -> pd.DataFrame:
+    """Oracle on tuning seeds 0-2; SILO variants and a baseline on evaluation seeds 10-11."""
+    rows = [oracle(s, c, 0.1, chosen=0.1, test_acc=a)
+            for c, accs in ((0, (80.0, 81.0, 82.0)), (1, (70.0, 72.0, 71.0))) for s, a in enumerate(accs)]
+    rows += [oracle(s, c, 0.2, chosen=0.1, test_acc=99.0) for s in range(3) for c in (0, 1)]  # not chained
+    rows += [row("silo_paper", "final", s, c, test_acc=a) for (s, c), a in
+             {(10, 0): 79.0, (11, 0): 81.0, (10, 1): 75.0}.items()]
+    rows += [row("silo_paper", "final", s, c, test_acc=99.0, selected=False) for s in (10, 11) for c in (0, 1)]
+    rows += [row("silo_paper", "tune", 0, 0, test_acc=99.0, selected=False)]
+    rows += [row("silo_fit", "final", s, 0, test_acc=a) for s, a in ((10, 81.5), (11, 82.5))]
+    rows += [row("silo_fit", "fit", 0, 1, test_acc=99.0, study_trial=0.0)]
+    rows += [row("constant", "final", s, 0, test_acc=78.0) for s in (10, 11)]
+    return results_frame(rows)
+
+
+def half_width(values: list[float]) -> float:
+    n = len(values)
+    sd = math.sqrt(sum((v - sum(values) / n) ** 2 for v in values) / (n - 1))
+    return stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+
+
+def test_accuracy_cells_are_mean_half_width_and_n():
+    assert half_width([80.0, 81.0, 82.0]) == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)  # 2.484
+    assert half_width([79.0, 81.0]) == pytest.approx(12.706205, rel=1e-6)
+    table = accuracy_table(accuracy_rows())
+    assert table.cells.columns.tolist() == ["Method", "100", "80"]
+    assert table.cells.values.tolist() == [
+        ["Oracle", "81.00 ± 2.48 (n=3)", "71.00 ± 2.48 (n=3)"],
+        ["SILO (paper)", "80.00 ± 12.71 (n=2)", "75.00 (n=1)"],
+        ["SILO (fit)", "82.00 ± 6.35 (n=2)", "–"],
+        ["Constant LR", "78.00 ± 0.00 (n=2)", "–"],
+    ]
+    assert table.bold.values.tolist() == [[False, False, False], [False, False, True], [False, True, False],
+                                          [False, False, False]]
+    data = table.data.set_index(["method", "cycle"])
+    assert data.loc[("oracle", 0), "ci95"] == pytest.approx(half_width([80.0, 81.0, 82.0]))
+    assert data.loc[("silo_fit", 0), "ci95"] == pytest.approx(half_width([81.5, 82.5]))
+    assert math.isnan(data.loc[("silo_paper", 1), "ci95"])
+    assert data["n_seeds"].tolist() == [3, 3, 2, 1, 2, 2]
+    assert data["density"].tolist() == pytest.approx([100.0, 80.0, 100.0, 80.0, 100.0, 100.0])
+
+
+def test_accuracy_verdict_counts_wins_and_wins_beyond_the_half_widths():
+    # SILO (paper) leads at λ = 80 by 4 points, beyond the Oracle's 2.48; SILO (fit) leads at λ = 100 by 1 point,
+    # within its own 6.35.
+    assert accuracy_table(accuracy_rows()).verdict == (
+        "SILO (paper) has the highest mean at 1 of 2 densities, beyond the 95 % half-widths at 1; "
+        "SILO (fit) has the highest mean at 1 of 2 densities, beyond the 95 % half-widths at 0 "
+        "(Oracle: its tuning chains; others: held-out evaluation seeds).")
+    assert best_per_density(accuracy_rows()) == "100 %: SILO (fit) (within noise of Oracle); 80 %: SILO (paper)"
 
 
 def test_accuracy_table_exact_markdown():
-    table = accuracy_table(tiny_accuracy_rows())
+    table = accuracy_table(accuracy_rows())
     assert render.markdown(table.cells, table.bold) == (
-        "| Schedule |              100 |           80 |\n"
-        "| :------- | ---------------: | -----------: |\n"
-        "| Oracle   | **81.00 ± 1.41** | 71.00 ± 1.41 |\n"
-        "| SILO     |     80.00 ± 1.41 |    **75.00** |\n"
+        "| Method       |                    100 |                 80 |\n"
+        "| :----------- | ---------------------: | -----------------: |\n"
+        "| Oracle       |     81.00 ± 2.48 (n=3) | 71.00 ± 2.48 (n=3) |\n"
+        "| SILO (paper) |    80.00 ± 12.71 (n=2) |    **75.00 (n=1)** |\n"
+        "| SILO (fit)   | **82.00 ± 6.35 (n=2)** |                  – |\n"
+        "| Constant LR  |     78.00 ± 0.00 (n=2) |                  – |\n"
     )
 
 
 def test_accuracy_table_exact_latex():
-    table = accuracy_table(tiny_accuracy_rows())
+    table = accuracy_table(accuracy_rows())
     assert render.latex(table.cells, table.bold) == (
         "\\begin{tabular}{lrr}\n"
         "\\toprule\n"
-        "Schedule & 100 & 80 \\\\\n"
+        "Method & 100 & 80 \\\\\n"
         "\\midrule\n"
-        "Oracle & \\textbf{81.00 $\\pm$ 1.41} & 71.00 $\\pm$ 1.41 \\\\\n"
-        "SILO & 80.00 $\\pm$ 1.41 & \\textbf{75.00} \\\\\n"
+        "Oracle & 81.00 $\\pm$ 2.48 (n=3) & 71.00 $\\pm$ 2.48 (n=3) \\\\\n"
+        "SILO (paper) & 80.00 $\\pm$ 12.71 (n=2) & \\textbf{75.00 (n=1)} \\\\\n"
+        "SILO (fit) & \\textbf{82.00 $\\pm$ 6.35 (n=2)} & -- \\\\\n"
+        "Constant LR & 78.00 $\\pm$ 0.00 (n=2) & -- \\\\\n"
         "\\bottomrule\n"
         "\\end{tabular}\n"
     )
@@ -69,77 +120,167 @@ def test_renderers_escape_special_characters():
     assert "<td>1 &amp; 2</td>" in render.html(cells)
 
 
-def test_tied_best_means_are_all_bold():
-    rows = pd.DataFrame([row("oracle", "grid", 0, 0, test_acc=80.0), row("constant", "final", 0, 0, test_acc=80.0),
-                         row("warmup", "final", 0, 0, test_acc=79.0)])
-    table = accuracy_table(rows)
-    assert table.bold["100"].tolist() == [True, True, False]
-    assert table.verdict == "Oracle best at 1 of 1 densities (highest mean test accuracy)."
+# --- cost -------------------------------------------------------------------------------------------------------
+
+def cost_rows() -> pd.DataFrame:
+    rows = [oracle(0, c, lr, chosen=0.01) for c in (0, 1) for lr in (0.01, 0.02)]
+    rows += [row("oracle", "refine", 0, 1, max_lr=0.015, start_hash="s0c0lr0.01")]
+    rows += [oracle(0, 1, 0.04, chosen=0.01, reused=True)]  # an identical earlier training: free
+    rows += [row("oracle", "single", 0, 0, epochs=99)]  # `oracle-search cycle`: no method's cost
+    rows += [oracle(0, 1, 0.01, chosen=0.01, test_acc=71.0) | {"stage": "refine", "selected": False,
+                                                                "start_hash": "abandoned"}]  # ran, so it counts
+    rows += [row("silo_paper", "tune", 0, 0, selected=False, reused=r) for r in (False, True)]
+    rows += [row("silo_paper", "final", s, 1, seconds=180.0, test_acc=a) for s, a in ((10, 74.0), (11, 76.0))]
+    rows += [row("silo_fit", "fit", 0, 0, epochs=e, seconds=90.0, stopped_early=e < 5, study_trial=float(t),
+                 selected=False) for t, e in enumerate((5, 5, 2))]
+    rows += [row("silo_fit", "final", s, 1, seconds=180.0, test_acc=a) for s, a in ((10, 70.0), (11, 72.0))]
+    rows += [row("constant", "tune", 0, 0, selected=False), row("constant", "final", 10, 0)]
+    return results_frame(rows)
 
 
-def test_cost_table_sums_each_methods_trainings():
-    rows = [row("oracle", "grid", 0, c, selected=False) for c in (0, 1)]
-    rows += [row("oracle", "grid", 0, 1, diverged=True, selected=False, epochs=2, seconds=36.0)]
-    rows += [row("oracle", "refine", 0, 0, test_acc=81.0), row("oracle", "refine", 0, 1, test_acc=71.0)]
-    rows += [row("silo", "fit", 0, c, epochs=5, seconds=180.0) for c in (0, 1)]
-    rows += [row("silo", "final", s, 1, test_acc=a) for s, a in ((0, 74.0), (1, 76.0))]
-    rows += [row("constant", "tune", 0, 0), row("constant", "final", 0, 0)]  # no final row at the last cycle
-    table = cost_table(pd.DataFrame(rows))
+def test_cost_table_counts_only_trainings_actually_run():
+    table = cost_table(cost_rows())
     data = table.data.set_index("method")
-    assert data["trainings"].to_dict() == {"oracle": 5, "silo": 4, "constant": 2}
-    assert data["epochs"].to_dict() == {"oracle": 42, "silo": 30, "constant": 20}
-    assert data.loc["oracle", "device_hours"] == pytest.approx((4 * 360 + 36) / 3600)
-    assert data.loc["silo", "last_cycle_test_acc"] == pytest.approx(75.0)
-    assert data.loc["oracle", "last_cycle_test_acc"] == pytest.approx(71.0)
+    assert data["trainings"].to_dict() == {"oracle": 6, "silo_paper": 3, "silo_fit": 5, "constant": 2}
+    assert data["reused"].to_dict() == {"oracle": 1, "silo_paper": 1, "silo_fit": 0, "constant": 0}
+    assert data["epochs"].to_dict() == {"oracle": 60, "silo_paper": 30, "silo_fit": 32, "constant": 20}
+    assert data["device_hours"].to_dict() == pytest.approx(
+        {"oracle": 0.6, "silo_paper": 0.2, "silo_fit": 0.175, "constant": 0.2})
     assert table.cells.values.tolist() == [
-        ["Oracle", "5", "42", "0.410", "71.00"],
-        ["SILO", "4", "30", "0.300", "75.00"],
-        ["Constant LR", "2", "20", "0.200", "–"],
+        ["Oracle", "6", "1", "60", "0.600", "50.00"],
+        ["SILO (paper)", "3", "1", "30", "0.200", "75.00"],
+        ["SILO (fit)", "5", "0", "32", "0.175", "71.00"],
+        ["Constant LR", "2", "0", "20", "0.200", "–"],
     ]
-    assert table.verdict == "SILO cost 71% of the Oracle's epochs and 73% of its device-hours."
-
-
-def test_statistics_table_means_over_seeds_and_falls_back_without_oracle():
-    rows = [row("oracle", "grid", s, c, grad_std=g, act_std=a) for s, c, g, a in
-            ((0, 0, 0.1, 1.0), (1, 0, 0.3, 3.0), (0, 1, 0.4, 1.0), (1, 1, 0.4, 1.0))]
-    rows += [row("silo", "final", 0, c, grad_std=9.0, act_std=9.0) for c in (0, 1)]
-    table = statistics_table(pd.DataFrame(rows))
-    assert table.cells.values.tolist() == [["100", "0.2", "2"], ["80", "0.4", "1"]]
-    assert table.verdict.startswith("From λ = 100% to 80%, gradient σ changes 2.00× and activation σ 0.50×")
-    fallback = statistics_table(pd.DataFrame([r for r in rows if r["method"] == "silo"]))
-    assert fallback.cells["gradient σ"].tolist() == ["9", "9"] and "SILO rows" in fallback.verdict
-
-
-def test_oracle_table_paper_layout():
-    rows = [row("oracle", "grid", s, c, max_lr=lr, val_acc=a, selected=False) for s in (0, 1)
-            for c, accs in ((0, {0.01: 80.0, 0.02: 79.8, 0.04: 70.0}), (1, {0.01: 79.9, 0.02: 70.0, 0.04: 80.0}))
-            for lr, a in accs.items()]
-    rows += [row("silo", "final", s, c, max_lr=lr) for s in (0, 1) for c, lr in ((0, 0.02), (1, 0.02))]
-    table = oracle_table(pd.DataFrame(rows))
-    assert table.cells.columns.tolist() == ["λ (%)", "100", "80"]
-    assert table.cells.values.tolist() == [
-        ["Oracle max_lr", "0.01", "0.04"],
-        ["Oracle interval", "[0.01, 0.02]", "[0.01, 0.04]"],
-        ["contiguous", "yes", "no"],
-        ["SILO max_lr", "0.02", "0.02"],
-        ["SILO inside", "yes", "yes"],
-    ]
-    assert table.verdict == ("SILO inside the Oracle interval at 2 of 2 cycles "
-                             "(seed-mean validation accuracy over 2 seeds, tolerance 0.5 points).")
-    per_seed = seed_table(pd.DataFrame(rows))
-    assert len(per_seed.cells) == 4
-    assert per_seed.verdict == ("SILO inside the per-seed Oracle interval at 4 of 4 (seed, cycle) pairs; "
-                                "2 of 4 intervals contiguous.")
-
-
-def test_oracle_table_without_silo_drops_silo_rows():
-    rows = [row("oracle", "grid", 0, 0, max_lr=lr, val_acc=a) for lr, a in {0.01: 80.0, 0.02: 70.0}.items()]
-    table = oracle_table(pd.DataFrame(rows))
-    assert table.cells["λ (%)"].tolist() == ["Oracle max_lr", "Oracle interval", "contiguous"]
-    assert table.verdict.startswith("No SILO rows; 1 of 1 Oracle intervals contiguous")
+    assert table.cells.columns[-1] == "test acc. at λ = 80"
+    assert table.verdict == (
+        "SILO (paper) cost 50% of the Oracle's epochs and 33% of its device-hours; SILO (fit) cost 53% of the "
+        "Oracle's epochs and 29% of its device-hours. SILO (paper) takes ε from the Oracle's cycle 0, which its "
+        "cost does not count.")
 
 
 def test_tables_absent_without_their_rows():
-    rows = pd.DataFrame([row("constant", "final", 0, 0)])
-    assert oracle_table(rows) is None and seed_table(rows) is None
+    rows = results_frame([row("constant", "final", 0, 0)])
+    assert oracle_table(rows) is None and values_table(rows) is None and seed_table(rows) is None
     assert cost_table(rows).verdict == "No SILO or no Oracle rows: no cost comparison."
+    assert accuracy_table(rows).verdict == "No SILO rows."
+
+
+# --- §3.1 statistics --------------------------------------------------------------------------------------------
+
+def statistics_rows(second_cycle_lrs=(0.02, 0.04)) -> list[dict]:
+    """Two seeds; the Oracle's dense best is 0.02 (val 80 against 70), its cycle-1 choice 0.04."""
+    grad = {(0, 0.02): (0.1, 0.3), (1, 0.02): (0.4, 0.4), (1, 0.04): (0.8, 0.6), (0, 0.04): (7.0, 7.0)}
+    act = {(0, 0.02): (1.0, 3.0), (1, 0.02): (1.0, 1.0), (1, 0.04): (4.0, 2.0), (0, 0.04): (7.0, 7.0)}
+    val = {(0, 0.02): 80.0, (0, 0.04): 70.0, (1, 0.02): 70.0, (1, 0.04): 80.0}
+    chosen = {0: 0.02, 1: 0.04}
+    rows = []
+    for c, lrs in ((0, (0.02, 0.04)), (1, second_cycle_lrs)):
+        for lr in lrs:
+            rows += [oracle(s, c, lr, chosen=chosen[c] if c == 0 else 0.02, val_acc=val[(c, lr)],
+                            grad_std=grad[(c, lr)][s], act_std=act[(c, lr)][s]) | {"selected": lr == chosen[c]}
+                     for s in (0, 1)]
+    # an abandoned chain's cycle-1 row at 0.02 must not count
+    rows += [oracle(0, 1, 0.02, chosen=0.04, grad_std=99.0, act_std=99.0) | {"selected": False}]
+    rows += [row("silo_paper", "final", s, c, grad_std=g, act_std=1.0) for s in (10, 11)
+             for c, g in ((0, 0.5), (1, 2.0))]
+    return rows
+
+
+def test_statistics_come_from_the_oracle_chain_at_its_dense_best():
+    table = statistics_table(results_frame(statistics_rows()))
+    assert table.cells.values.tolist() == [["100", "0.2", "2"], ["80", "0.4", "1"]]
+    assert table.verdict == ("From λ = 100% to 80%, gradient σ changes 2.00× and activation σ 0.50× "
+                             "(Oracle chain at its dense best max_lr 0.02, mean over seeds).")
+
+
+def test_statistics_fall_back_to_the_selected_chain_then_to_another_method():
+    # The bracket left 0.02 out at cycle 1: the Oracle's selected rows (0.02, then 0.04) instead.
+    table = statistics_table(results_frame(statistics_rows(second_cycle_lrs=(0.04,))))
+    assert table.cells.values.tolist() == [["100", "0.2", "2"], ["80", "0.7", "3"]]
+    assert table.verdict.endswith("(Oracle, mean over seeds).")
+    silo_only = statistics_table(results_frame([r for r in statistics_rows() if r["method"] == "silo_paper"]))
+    assert silo_only.cells["gradient σ"].tolist() == ["0.5", "2"]
+    assert silo_only.verdict.endswith("gradient σ changes 4.00× and activation σ 1.00× (SILO (paper), mean over "
+                                      "seeds).")
+
+
+# --- Oracle tables ----------------------------------------------------------------------------------------------
+
+CYCLES = {0: (0.1, {0.025: [70.0, 71.0, 72.0], 0.05: [80.2, 80.2, 80.2], 0.1: [80.0, 81.0, 82.0],
+                    0.2: [79.4, 80.3, 81.2], 0.4: [60.0, 61.0, 62.0]}),
+          1: (0.2, {0.05: [60.0, 60.0, 60.0], 0.1: [79.6, 79.6, 79.6], 0.2: [80.0, 80.0, 80.0],
+                    0.4: [80.1, 79.1, 78.1]})}
+
+
+def oracle_rows(cycles=CYCLES, seeds=3) -> list[dict]:
+    return [oracle(s, c, lr, chosen=cycles[c - 1][0] if c else best, val_acc=accs[s]) | {"selected": lr == best}
+            for c, (best, values) in cycles.items() for lr, accs in values.items() for s in range(seeds)]
+
+
+def silo_rows() -> list[dict]:
+    return [row(m, "final", s, c, max_lr=lr) for s in (10, 11)
+            for m, lrs in (("silo_paper", (0.05, 0.2)), ("silo_fit", (0.2, 0.4))) for c, lr in enumerate(lrs)]
+
+
+def test_oracle_table_paper_layout_with_both_intervals_and_both_silo_variants():
+    table = oracle_table(results_frame(oracle_rows() + silo_rows()))
+    assert table.cells.columns.tolist() == ["λ (%)", "100", "80"]
+    assert table.cells.values.tolist() == [
+        ["Oracle max_lr", "0.1", "0.2"],
+        ["val. acc. (mean ± s.e.)", "81.00 ± 0.58", "80.00 ± 0.00"],
+        ["Oracle interval (paper)", "[0.1, 0.1]", "[0.1, 0.2]"],
+        ["noise-aware interval", "[0.05, 0.1]", "[0.1, 0.4]"],
+        ["contiguous (paper / noise)", "yes / yes", "yes / yes"],
+        ["values trained", "5", "4"],
+        ["unimodal", "yes", "yes"],
+        ["SILO (paper) max_lr", "0.05", "0.2"],
+        ["SILO (paper) inside (paper / noise)", "no / yes", "yes / yes"],
+        ["SILO (fit) max_lr", "0.2", "0.4"],
+        ["SILO (fit) inside (paper / noise)", "no / no", "no / yes"],
+    ]
+    lines = headline(oracle_intervals(results_frame(oracle_rows() + silo_rows())))
+    assert lines == [
+        "SILO (paper) inside the noise-aware Oracle interval at 2 of 2 cycles (n = 3 tuning seeds, tolerance 0.5 "
+        "points, 95 % one-sided; the paper's interval: 1 of 2).",
+        "SILO (fit) inside the noise-aware Oracle interval at 1 of 2 cycles (n = 3 tuning seeds, tolerance 0.5 "
+        "points, 95 % one-sided; the paper's interval: 0 of 2).",
+    ]
+    assert table.verdict == " ".join(lines)
+
+
+def test_headline_uses_the_papers_interval_below_three_seeds():
+    two = {c: (b, {lr: accs[:2] for lr, accs in values.items()}) for c, (b, values) in CYCLES.items()}
+    lines = headline(oracle_intervals(results_frame(oracle_rows(two, seeds=2) + silo_rows())))
+    # Two seeds: cycle 0's paper interval is [0.05, 0.1] (80.2 against 80.5), the noise-aware one [0.05, 0.2];
+    # cycle 1's are both [0.1, 0.4]. SILO (fit) at 0.2 then 0.4 is inside the paper's once, the noise-aware twice.
+    assert lines == [
+        "SILO (paper) inside the paper's Oracle interval at 2 of 2 cycles (n = 2 tuning seeds, tolerance 0.5 "
+        "points; fewer than 3 seeds, so not the noise-aware interval, which gives 2 of 2).",
+        "SILO (fit) inside the paper's Oracle interval at 1 of 2 cycles (n = 2 tuning seeds, tolerance 0.5 "
+        "points; fewer than 3 seeds, so not the noise-aware interval, which gives 2 of 2).",
+    ]
+    no_silo = headline(oracle_intervals(results_frame(oracle_rows())))
+    assert no_silo == ["No SILO rows; 2 of 2 noise-aware Oracle intervals contiguous (n = 3)."]
+
+
+def test_values_table_lists_every_value_with_both_flags():
+    table = values_table(results_frame(oracle_rows()))
+    data = table.data.set_index(["cycle", "max_lr"])
+    assert len(data) == 9
+    assert data.loc[(0, 0.05), ["val_mean", "val_se"]].tolist() == pytest.approx([80.2, 0.0])
+    assert data.loc[(0, 0.05), ["paper_inside", "noise_inside", "best"]].tolist() == [False, True, False]
+    assert data.loc[(0, 0.2), ["paper_inside", "noise_inside"]].tolist() == [False, False]
+    assert data["best"].sum() == 2 and data.loc[(1, 0.2), "best"]
+    assert table.cells.iloc[1].tolist() == ["100", "0.05", "80.20 ± 0.00", "no", "yes", ""]
+    assert table.verdict == "9 (cycle, max_lr) values trained by every seed; every cycle's seed-mean curve is unimodal."
+    bumpy = {0: (0.1, {0.025: [76.0], 0.05: [75.0], 0.1: [80.0]})}
+    assert values_table(results_frame(oracle_rows(bumpy, seeds=1))).verdict.endswith("not unimodal at λ = 100 %.")
+
+
+def test_seed_table_says_how_often_the_seeds_disagree():
+    table = seed_table(results_frame(oracle_rows()))
+    assert table.cells["Oracle max_lr"].tolist() == ["0.05", "0.4", "0.1", "0.2", "0.1", "0.2"]
+    assert table.verdict.startswith("Each seed's own best differs across seeds at 2 of 2 cycles")
+    same = {0: (0.1, {0.05: [70.0, 70.0], 0.1: [80.0, 81.0]})}
+    assert "at 0 of 1 cycles" in seed_table(results_frame(oracle_rows(same, seeds=2))).verdict

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from analysis.theory import activation_bound, silo_curve, theory_lr
-from trainables.schedules import silo_max_lr
 
 
 def erfinv_bisect(y: float) -> float:
@@ -48,7 +47,12 @@ def test_rate_saturates_at_the_bias_only_limit_when_nearly_everything_is_pruned(
 
 
 def test_silo_curve_is_algorithm_1_per_cycle():
-    params = {"epsilon": 0.05, "delta": 0.2, "q": 1, "beta": 4.0, "rate": 0.2}
-    curve = silo_curve(range(6), **params)
-    assert curve.tolist() == [silo_max_lr(m, **params) for m in range(6)]
-    assert curve[0] == curve[1] == 0.05 and np.all(np.diff(curve[1:]) > 0)
+    # max_lr(m) = eps for m <= q, else delta / (1 + (g / (1 - g))^-beta) + eps with g = 1 - (1 - p)^(m - q),
+    # worked out per cycle for eps = 0.05, delta = 0.2, q = 1, beta = 4, p = 0.2.
+    curve = silo_curve(range(5), epsilon=0.05, delta=0.2, q=1, beta=4.0, rate=0.2)
+    ratios = {2: 0.2 / 0.8, 3: 0.36 / 0.64, 4: 0.488 / 0.512}  # g / (1 - g) at m - q = 1, 2, 3
+    expected = [0.05, 0.05, *(0.2 / (1 + r**-4) + 0.05 for r in ratios.values())]
+    assert curve.tolist() == pytest.approx(expected, rel=1e-12)
+    assert curve[2] == pytest.approx(0.2 / 257 + 0.05)  # (1/4)^-4 = 256
+    later = silo_curve(range(5), epsilon=0.05, delta=0.2, q=3, beta=4.0, rate=0.2)
+    assert later.tolist() == pytest.approx([0.05] * 4 + [0.2 / 257 + 0.05])

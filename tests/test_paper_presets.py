@@ -49,6 +49,14 @@ def test_recipe_matches_the_table(name):
     assert s.optimizer.name == ("adam" if s.model == "vit_b16" else "sgd")
 
 
+def test_lap_preset_names_its_mode():
+    """LAP has per-layer, global and BatchNorm modes (alinlab/lookahead_pruning); the preset says which it runs."""
+    from trainables.pruning import PRUNERS, select_layer
+    preset = PAPER_PRESETS["mobilenetv2-cifar100"]
+    assert preset.spec.pruner == "lap" and PRUNERS["lap"].select is select_layer
+    assert "per layer" in preset.source and "lap_bn" in preset.source
+
+
 # --- fake datasets in their real formats --------------------------------------------------------------------------
 
 def write_cifar(root, folder, files, label_key, classes, per_file=5):

@@ -228,23 +228,28 @@ def test_wandb_without_an_api_key_is_refused_at_the_command_line(tmp_path, monke
 
 
 @pytest.mark.slow
-def test_callback_mlflow_logs_epoch_curves_and_the_final_row_of_every_trial(ray_local, tmp_path, monkeypatch, capsys):
+def test_callback_mlflow_logs_epoch_curves_and_the_final_row_of_every_trial(ray_local, tmp_path, monkeypatch):
     mlflow = pytest.importorskip("mlflow", reason="mlflow-skinny is in the test extra")
+    from oracle_search.callbacks import callback_name, logger_callbacks
+
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     out = tmp_path / "run"
-    assert cli.main(["oracle", "--preset", "tiny", "--cycles", "0", "--grid", "0.03,0.3", "--callback", "mlflow",
-                     "--out", str(out)]) == 0
+    trials = [Trial(key=f"lr{lr}", spec=TINY, cycle=0, max_lr=lr, seed=0, start_checkpoint=None,
+                    tags={"method": "oracle", "stage": "grid"}) for lr in (0.03, 0.3)]
+    with Runner(out=out, spec=TINY, experiment="tiny", progress=Progress(io.StringIO()),
+                callbacks=logger_callbacks([callback_name("mlflow")], out, "tiny")) as runner:
+        rows = runner.run(trials)
     client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
     (experiment,) = [e for e in client.search_experiments() if e.name == "tiny"]
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 2
-    ledger = {row["max_lr"]: row for row in Ledger(out).rows()}
+    by_lr = {row["max_lr"]: row for row in rows.values()}
     for run in runs:
         # Tiny's epochs last milliseconds, so a trial reports only some of them (EPOCH_REPORT_EVERY_S), the
         # first always; MLflow plots each against its epoch.
         curve = client.get_metric_history(run.info.run_id, "epoch_val_acc")
         steps = [m.step for m in curve]
         assert steps[0] == 1 and steps == sorted(set(steps)) and steps[-1] <= TINY.epochs
-        row = ledger[float(run.data.params["trial/max_lr"])]
+        row = by_lr[float(run.data.params["trial/max_lr"])]
         assert run.data.metrics["val_acc"] == pytest.approx(row["val_acc"])  # the final report, logged too
         assert max(m.value for m in curve) <= row["val_acc"]  # early stopping keeps the best epoch

@@ -108,7 +108,7 @@ def layer_statistics(model: nn.Module, masks: Masks, data: TensorData, spec: Exp
     model.zero_grad(set_to_none=True)
     nn.functional.cross_entropy(model(_layout(x, spec, device)), y).backward()
     params = prunable(model)
-    grads = torch.cat([params[n].grad[masks[n]].flatten() for n in masks if params[n].grad is not None])
+    grads = torch.cat([params[n].grad[masks[n]].flatten() for n in params if params[n].grad is not None])
     model.zero_grad(set_to_none=True)
     activations.clear()
     model.eval()
@@ -143,7 +143,8 @@ def _prepare(spec: ExperimentSpec, cycle: int, seed: int, start_checkpoint: str 
     model.load_state_dict(state["model"])
     generator = torch.Generator().manual_seed(seed * 1_000_003 + cycle)
     masks = prune(model, state["masks"], spec.rate, spec.pruner,
-                  lambda: islice(data.batches("train", spec.batch_size, generator), spec.score_batches))
+                  lambda: islice(data.batches("train", spec.batch_size, generator), spec.score_batches),
+                  seed=seed, prune_output=spec.prune_output)
     if spec.weights == "rewind":
         model.load_state_dict(state["rewind"])
     elif spec.weights == "reinit":

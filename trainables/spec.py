@@ -48,6 +48,7 @@ class ExperimentSpec:
     data_dir: str | None = None
     pruner: str = "global_magnitude"
     rate: float = 0.2
+    prune_output: bool = True  # False: the output layer keeps all its weights (OpenLTH's CIFAR setting)
     cycles: int = 5
     epochs: int = 20
     batch_size: int = 128
@@ -91,10 +92,22 @@ class ExperimentSpec:
 
     def chain_fingerprint(self) -> str:
         """What a chained checkpoint must agree on: the network, the data and the pruning."""
-        keys = ("model", "dataset", "pruner", "rate", "weights", "rewind_epoch", "val_fraction",
+        keys = ("model", "dataset", "pruner", "rate", "prune_output", "weights", "rewind_epoch", "val_fraction",
                 "test_fraction", "num_samples", "split_seed")
         blob = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def training_fingerprint(self) -> str:
+        """What two trainings of the same (cycle, seed, start, peak) must agree on to be identical: every science
+        field, with the schedule as trained (SILO trains LR warmup at a peak its curve gives, so a SILO cycle at
+        peak x is the LR-warmup cycle at x)."""
+        d = self.to_dict()
+        for name in ("preset", "resources", "grid"):
+            d.pop(name)
+        if d["schedule"]["name"] == "silo":
+            d["schedule"]["name"] = "warmup"
+        d["schedule"].pop("silo")
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     def with_schedule(self, **changes: Any) -> "ExperimentSpec":
         return dataclasses.replace(self, schedule=dataclasses.replace(self.schedule, **changes))
@@ -134,6 +147,8 @@ def validate(s: ExperimentSpec) -> None:
     _choice(s.dataset, sorted(DATASETS), "dataset")
     _choice(s.pruner, sorted(PRUNERS), "pruner")
     _fraction(s.rate, "rate")
+    if not isinstance(s.prune_output, bool):
+        raise SpecError("prune-output", f"must be true or false, got {s.prune_output!r}")
     if not isinstance(s.cycles, int) or s.cycles < 0:
         raise SpecError("cycles", f"must be an integer >= 0, got {s.cycles!r}")
     for name in ("epochs", "batch_size", "score_batches"):

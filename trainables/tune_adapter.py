@@ -1,14 +1,14 @@
-"""The thin Ray Tune adapter: one trial = one `run_cycle`, reported with its checkpoint. The only Ray import
-in `trainables`."""
+"""The thin Ray Tune adapter: one trial = one `run_cycle` (or one fused `run_fused_cycle` of K candidates),
+reported with its checkpoint. The only Ray import in `trainables`."""
 from __future__ import annotations
 
 import dataclasses
 import math
 import tempfile
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import ray
 import torch
@@ -16,6 +16,7 @@ from ray import tune
 
 from trainables.checkpoints import CheckpointError
 from trainables.cycle import run_cycle
+from trainables.fused import run_fused_cycle
 from trainables.spec import ExperimentSpec
 
 
@@ -68,3 +69,53 @@ def cycle_trainable(config: dict[str, Any]) -> None:
                                   "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                                   "node_id": ray.get_runtime_context().get_node_id()}
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(result.checkpoint))
+
+
+@contextmanager
+def _local_start(start: str | None) -> Iterator[str | None]:
+    """The start checkpoint as a local folder: a path in place, a cloud URI downloaded to a temporary copy;
+    a CheckpointError names the URI, not its temporary copy."""
+    if not start:
+        yield None
+        return
+    with tune.Checkpoint(start).as_directory() as local:
+        try:
+            yield local
+        except CheckpointError as err:
+            if local == start:
+                raise
+            raise CheckpointError(f"{start}: {err}") from err
+
+
+def fused_cycle_trainable(config: dict[str, Any]) -> None:
+    """K max_lr candidates of one (seed, cycle) trained as one fused network (`trainables.fused`): one trial,
+    one result, one checkpoint.
+
+    Config keys: spec, cycle, max_lrs (list of K), seed, start_checkpoint (path or URI, or None; shared by all
+    candidates), keys (list of K, one per candidate). SILO specs are rejected (ValueError): SILO has one max_lr.
+
+    Reports ONE result, ``{"fused_rows": [...], "gpu_ids": [...], "node_id": ...}``, where ``fused_rows[i]`` is
+    candidate i's ``CycleResult.row() | {"key": keys[i], "fused": K, "checkpoint_subdir": "cand%02d" % i}``
+    (so it carries ``val_acc``, ``diverged``, ``checkpoint_hash``... like a cycle_trainable result), with ONE
+    Tune checkpoint whose subfolder ``checkpoint_subdir`` is candidate i's chainable checkpoint: pass
+    ``Path(result.checkpoint.path) / row["checkpoint_subdir"]`` as the next cycle's start_checkpoint. A row's
+    own ``checkpoint`` field names a temporary folder of the trial and is meaningless afterwards. A row's
+    ``seconds`` is its equal share of the trial's training time. Request the resources of one trial (one GPU):
+    the K candidates share it.
+    """
+    keys, max_lrs = list(config["keys"]), list(config["max_lrs"])
+    if len(keys) != len(max_lrs):
+        raise ValueError(f"keys: {len(keys)} given for {len(max_lrs)} max_lrs")
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
+    torch.set_num_threads(max(1, int(cpus)))
+    spec = trial_device(config["spec"])
+    with _local_start(config.get("start_checkpoint")) as start_dir, tempfile.TemporaryDirectory() as work:
+        root = Path(work) / "checkpoint"
+        subdirs = [f"cand{i:02d}" for i in range(len(max_lrs))]
+        results = run_fused_cycle(spec, cycle=config["cycle"], max_lrs=max_lrs, seed=config["seed"],
+                                  start_checkpoint=start_dir, checkpoint_dirs=[root / s for s in subdirs])
+        rows = [r.row() | {"key": key, "fused": len(max_lrs), "checkpoint_subdir": sub}
+                for r, key, sub in zip(results, keys, subdirs)]
+        tune.report({"fused_rows": rows, "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                     "node_id": ray.get_runtime_context().get_node_id()},
+                    checkpoint=tune.Checkpoint.from_directory(root))

@@ -1,0 +1,255 @@
+"""The library behind the command line: `oracle`, `fit_silo`, `baselines` and `compare` over a validated spec and
+an options dataclass, each resumable on its results folder. The CLI only parses, calls these and prints.
+
+Seeds: the Oracle, silo_paper's δ, the baselines' peaks and silo_fit are tuned on the tuning seeds
+(spec.seed .. spec.seed + seeds - 1); every tuned method's final runs use evaluation seeds
+(spec.seed + EVAL_SEED_OFFSET ...) that no tuning row used, so no method is judged on the seeds it was tuned on."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from oracle_search.schema import SILO_METHODS, Method, atomic_write_json, read_results
+from trainables.spec import ExperimentSpec, Resources, SpecError
+
+EVAL_SEED_OFFSET = 1000
+
+
+@dataclass(frozen=True)
+class OracleOptions:
+    seeds: int = 3  # tuning seeds: every value is trained on each
+    refine: int = 3  # most refinement rounds per cycle (0: the coarse grid or bracket only)
+    bracket: bool = True  # after cycle 0, start from the grid values near the previous choice
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    trials: int = 8  # finished Optuna trials the study should hold
+    seeds: int = 1  # tuning seeds each trial trains (the objective is their mean)
+    storage: str | None = None  # Optuna storage URL; default: a journal file under the results folder
+    target_cycle: int | None = None  # whose validation accuracy is the objective; default: the last
+    space: object | None = None  # fitter.SearchSpace; default: around the Oracle's dense best when one ran
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    oracle: OracleOptions = field(default_factory=OracleOptions)
+    fit: FitOptions = field(default_factory=FitOptions)
+    eval_seeds: int = 3  # evaluation seeds of every tuned method's final runs
+    silo_fit: bool = True  # also fit all four SILO parameters with Optuna
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    results: pd.DataFrame
+    report: Path
+
+
+def tuning_seeds(spec: ExperimentSpec, n: int) -> list[int]:
+    return list(range(spec.seed, spec.seed + n))
+
+
+def evaluation_seeds(spec: ExperimentSpec, n: int) -> list[int]:
+    return list(range(spec.seed + EVAL_SEED_OFFSET, spec.seed + EVAL_SEED_OFFSET + n))
+
+
+def check_counts(**counts: int) -> None:
+    for name, (value, least) in counts.items():
+        if value < least:
+            raise SpecError(name.replace("_", "-"), f"must be >= {least}, got {value}")
+
+
+def prepare_out(out: Path, spec: ExperimentSpec) -> None:
+    """Create the results folder holding spec.json; a rerun must use the same experiment (it resumes)."""
+    saved = out / "spec.json"
+    if saved.exists():
+        old = ExperimentSpec.from_dict(json.loads(saved.read_text()))
+        if dataclasses.replace(old, resources=Resources()) != dataclasses.replace(spec, resources=Resources()):
+            raise SpecError("out", f"{out} holds a run of a different experiment; use a new --out")
+        return
+    from oracle_search.security import redact
+
+    out.mkdir(parents=True, exist_ok=True)
+    stored = spec.to_dict()
+    if stored["resources"]["storage_path"]:
+        stored["resources"]["storage_path"] = redact(stored["resources"]["storage_path"])
+    atomic_write_json(saved, stored)
+
+
+def check_inputs(spec: ExperimentSpec, *, address: str | None = None, study_storage: str | None = None) -> None:
+    """Everything that can be checked before a run starts: the data loads, a local machine can hold one trial,
+    the study storage opens. A failure is invalid input (SpecError), with nothing written."""
+    from trainables.data import load_data
+
+    load_data(spec)
+    res = spec.resources
+    if not (address or os.environ.get("RAY_ADDRESS")):
+        import torch
+
+        if res.cpus_per_trial > (os.cpu_count() or 1):
+            raise SpecError("cpus-per-trial", f"{res.cpus_per_trial} exceeds this machine's {os.cpu_count()} CPUs "
+                            "(pass --address to use a cluster)")
+        if res.gpus_per_trial > torch.cuda.device_count():
+            raise SpecError("gpus-per-trial", f"{res.gpus_per_trial} exceeds this machine's "
+                            f"{torch.cuda.device_count()} GPUs (pass --address to use a cluster)")
+    if study_storage:
+        import optuna
+
+        from oracle_search.security import redact
+
+        try:
+            optuna.storages.get_storage(study_storage)
+        except Exception as err:  # the driver's message may quote the URL: name only the kind of failure
+            raise SpecError("study-storage", f"cannot open {redact(study_storage)} ({type(err).__name__})") from None
+
+
+def _runner(spec: ExperimentSpec, out: Path, address: str | None):
+    from oracle_search.engine import Runner
+
+    prepare_out(out, spec)
+    return Runner(out=out, spec=spec, experiment=spec.preset, address=address)
+
+
+def _oracle(runner, options: OracleOptions):
+    from oracle_search.oracle import run_oracle
+
+    return run_oracle(runner, tuning_seeds(runner.spec, options.seeds), list(runner.spec.grid),
+                      refine=options.refine, use_bracket=options.bracket)
+
+
+def oracle(spec: ExperimentSpec, out: Path, options: OracleOptions = OracleOptions(),
+           address: str | None = None) -> list:
+    """Run (or resume) the Oracle; returns one `oracle.CycleOutcome` per cycle."""
+    check_counts(seeds=(options.seeds, 1), refine=(options.refine, 0))
+    if spec.schedule.name == "silo":
+        raise SpecError("schedule", "the Oracle searches max_lr; SILO derives its own, so every value would "
+                        "train the same run (use warmup, SILO's shape)")
+    with _runner(spec, Path(out), address) as runner:
+        return _oracle(runner, options)
+
+
+def _fit(runner, options: FitOptions):
+    """silo_fit: the Optuna study, with ε searched around the Oracle's dense best when this folder holds one."""
+    from oracle_search import fitter
+    from oracle_search.selection import dense_best
+
+    space = options.space or fitter.SearchSpace.default(runner.spec)
+    ledger = pd.DataFrame(runner.ledger.rows())
+    dense = dense_best(ledger) if not ledger.empty else None
+    if dense is not None and options.space is None:
+        # The paper tunes epsilon on the unpruned network; the Oracle's cycle 0 has done exactly that.
+        space = dataclasses.replace(space, epsilon=(dense / 2, dense * 2))
+        runner.progress.say(f"silo_fit: ε searched in [{dense / 2:.4g}, {dense * 2:.4g}] around the Oracle's "
+                            f"dense max_lr {dense:.4g}")
+    seeds = tuning_seeds(runner.spec, options.seeds)
+    target = runner.spec.cycles if options.target_cycle is None else options.target_cycle
+    atomic_write_json(runner.out / "silo_fit.json", {  # what the report prints as silo_fit's search
+        "space": dataclasses.asdict(space), "trials": options.trials, "seeds": seeds, "target_cycle": target,
+        "objective": f"seed-mean validation accuracy at cycle {target}"})
+    return fitter.fit_silo(runner, seeds, options.trials, space, options.storage, runner.slots(len(seeds)),
+                           options.target_cycle, dense)
+
+
+def _fitted(study):
+    """The study's best parameters, or None when no trial finished (every one diverged or was stopped)."""
+    from oracle_search import fitter
+
+    try:
+        return fitter.best_params(study)
+    except ValueError:
+        return None
+
+
+def fit_silo(spec: ExperimentSpec, out: Path, options: FitOptions = FitOptions(), address: str | None = None):
+    """Run (or extend) the silo_fit study; returns the Optuna study."""
+    check_counts(trials=(options.trials, 1), seeds=(options.seeds, 1))
+    with _runner(spec, Path(out), address) as runner:
+        study = _fit(runner, options)
+        runner.write_results()
+    return study
+
+
+def _silo_variants(runner, options: CompareOptions, study) -> dict:
+    """silo_paper's parameters (needs the Oracle's dense best) and silo_fit's, where each exists."""
+    from oracle_search.selection import dense_best
+    from oracle_search.silo_paper import tune_silo_paper
+
+    variants = {}
+    ledger = pd.DataFrame(runner.ledger.rows())
+    dense = dense_best(ledger) if not ledger.empty else None
+    if dense is None:
+        runner.progress.say("silo_paper: no Oracle dense best in this folder; silo_paper is left out")
+    elif (p := tune_silo_paper(runner, dense, list(runner.spec.grid), tuning_seeds(runner.spec, options.oracle.seeds),
+                               options.fit.target_cycle)) is not None:
+        variants[Method.SILO_PAPER] = p
+    if study is not None and (p := _fitted(study)) is not None:
+        variants[Method.SILO_FIT] = p
+    return variants
+
+
+def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOptions(),
+              address: str | None = None) -> dict[str, float]:
+    """Tune the benchmark schedules on the tuning seeds, then run them, silo_paper (if an Oracle ran here) and
+    silo_fit (if a study finished here) on the evaluation seeds. Returns the tuned peaks."""
+    from oracle_search import fitter
+    from oracle_search.baselines import run_baselines
+
+    check_counts(seeds=(options.oracle.seeds, 1), eval_seeds=(options.eval_seeds, 2))
+    with _runner(spec, Path(out), address) as runner:
+        study = fitter.open_study(runner.out, spec, options.fit.storage) if options.silo_fit else None
+        peaks = run_baselines(runner, tuning_seeds(spec, options.oracle.seeds), evaluation_seeds(spec, options.eval_seeds),
+                              list(spec.grid), _silo_variants(runner, options, study))
+        runner.write_results()
+    return peaks
+
+
+def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOptions(),
+            address: str | None = None) -> CompareResult:
+    """The main job: Oracle, silo_paper, silo_fit, the baselines' tuning, every method's final runs on held-out
+    seeds, and the report; one resumable run on one folder."""
+    from oracle_search.baselines import run_baselines
+
+    check_counts(seeds=(options.oracle.seeds, 1), refine=(options.oracle.refine, 0),
+                 trials=(options.fit.trials, 1 if options.silo_fit else 0), eval_seeds=(options.eval_seeds, 2))
+    out = Path(out)
+    with _runner(spec, out, address) as runner:
+        say = runner.progress.say
+        tune, evaluate = tuning_seeds(spec, options.oracle.seeds), evaluation_seeds(spec, options.eval_seeds)
+        say(f"compare: {spec.preset}, {spec.cycles + 1} cycles, tuning seeds {tune}, evaluation seeds {evaluate} "
+            f"-> {runner.out}")
+        say("== 1/4 Oracle ==")
+        _oracle(runner, options.oracle)
+        runner.write_results()
+        study = None
+        if options.silo_fit:
+            say("== 2/4 SILO: silo_fit (Optuna), then silo_paper's δ ==")
+            study = _fit(runner, options.fit)
+            runner.write_results()
+        else:
+            say("== 2/4 SILO: silo_paper's δ ==")
+        variants = _silo_variants(runner, options, study)
+        say("== 3/4 baselines' tuning and every method's final runs ==")
+        run_baselines(runner, tune, evaluate, list(spec.grid), variants)
+        table = runner.write_results()
+    say("== 4/4 report ==")
+    return CompareResult(table, report(out))
+
+
+def report(out: Path) -> Path:
+    """Write the report of a results folder; returns report.html's path (report.md lies beside it)."""
+    from analysis.report import write_report
+
+    return write_report(Path(out))["report.html"]
+
+
+def results(out: Path) -> pd.DataFrame:
+    return read_results(Path(out))
+
+
+__all__ = ["OracleOptions", "FitOptions", "CompareOptions", "CompareResult", "oracle", "fit_silo", "baselines",
+           "compare", "report", "results", "SILO_METHODS"]

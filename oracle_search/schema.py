@@ -1,0 +1,182 @@
+"""The results table: one schema (columns from one dataclass), the method and stage names, and the one rule that
+picks the rows a report may use. The table is the only thing the analysis reads."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+
+class Method(str, Enum):
+    """Why a chain of cycles was trained. Labels and baseline-ness live in `METHODS`."""
+
+    ORACLE = "oracle"
+    SILO_PAPER = "silo_paper"  # the paper's protocol: q = 1, beta = 5, epsilon from the Oracle, delta tuned
+    SILO_FIT = "silo_fit"  # an Optuna fit of all four parameters
+    CONSTANT = "constant"
+    DECAY = "decay"
+    CYCLICAL = "cyclical"
+    WARMUP = "warmup"
+    COSINE = "cosine"
+
+
+class Stage(str, Enum):
+    GRID = "grid"  # Oracle: a coarse-grid or bracket value
+    REFINE = "refine"  # Oracle: a value added to resolve the best or an interval edge
+    TUNE = "tune"  # a baseline's peak or silo_paper's delta, on tuning seeds
+    FIT = "fit"  # silo_fit's Optuna trials, on tuning seeds
+    FINAL = "final"  # a tuned method's full run, on evaluation seeds no tuning row used
+    SINGLE = "single"  # `oracle-search cycle`
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    label: str
+    baseline: bool  # a paper §5.1(3) benchmark schedule whose peak LR is tuned on cycle 0
+    schedule: str  # the trainables schedule it trains with
+
+
+METHODS: dict[Method, MethodInfo] = {
+    Method.ORACLE: MethodInfo("Oracle", False, "warmup"),
+    Method.SILO_PAPER: MethodInfo("SILO (paper)", False, "silo"),
+    Method.SILO_FIT: MethodInfo("SILO (fit)", False, "silo"),
+    Method.CONSTANT: MethodInfo("Constant LR", True, "constant"),
+    Method.DECAY: MethodInfo("LR decay", True, "decay"),
+    Method.CYCLICAL: MethodInfo("Cyclical LR", True, "cyclical"),
+    Method.WARMUP: MethodInfo("LR warmup", True, "warmup"),
+    Method.COSINE: MethodInfo("Cosine", True, "cosine"),
+}
+BASELINES = tuple(m.value for m, info in METHODS.items() if info.baseline)
+SILO_METHODS = (Method.SILO_PAPER.value, Method.SILO_FIT.value)
+
+
+@dataclass
+class ResultRow:
+    """One trained cycle. The first block comes from `trainables.cycle.CycleResult`, the rest from the driver."""
+
+    experiment: str = ""
+    method: str = ""
+    stage: str = ""
+    schedule: str = ""
+    seed: int = 0
+    cycle: int = 0
+    density: float = 100.0
+    max_lr: float = float("nan")
+    val_acc: float = float("nan")
+    test_acc: float = float("nan")  # early stop: at the epoch of best validation accuracy
+    best_epoch: int = 0
+    epochs: int = 0
+    seconds: float = 0.0
+    device: str = ""
+    grad_std: float = float("nan")
+    act_std: float = float("nan")
+    diverged: bool = False
+    selected: bool = False  # Oracle: chained forward; other methods: on their current chain
+    stopped_early: bool = False  # a silo_fit trial stopped by Optuna's pruner
+    reused: bool = False  # taken from an identical earlier training, not trained again
+    fused: int = 1  # candidates trained together as one fused network
+    trial_id: str = ""
+    study_trial: float = float("nan")
+    checkpoint: str = ""
+    checkpoint_hash: str = ""
+    start_hash: str = ""
+    epsilon: float = float("nan")
+    delta: float = float("nan")
+    q: float = float("nan")
+    beta: float = float("nan")
+    grad_hist: str = ""
+    act_hist: str = ""
+    gpu_ids: str = ""
+    node_id: str = ""
+    key: str = ""
+    training: str = ""  # identity of the training itself (what `reused` matches on)
+
+
+COLUMNS = [f.name for f in dataclasses.fields(ResultRow)]
+REQUIRED = ["method", "stage", "seed", "cycle", "density", "max_lr", "val_acc", "test_acc", "epochs", "seconds",
+            "diverged", "selected"]  # what the report cannot do without
+FLAGS = ("diverged", "selected", "stopped_early", "reused")
+SORT = ["method", "stage", "schedule", "seed", "cycle", "study_trial", "max_lr"]
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    atomic_write_bytes(path, json.dumps(obj, indent=1, sort_keys=True, default=str).encode())
+
+
+def results_frame(rows: Iterable[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(list(rows))
+    defaults = ResultRow()
+    for col in COLUMNS:
+        if col not in frame:
+            frame[col] = getattr(defaults, col)
+    if "pruned" in frame:  # tables written before the rename
+        frame["stopped_early"] = frame["stopped_early"] | frame.pop("pruned").fillna(0).astype(bool)
+    frame = frame[COLUMNS]
+    frame["gpu_ids"] = frame["gpu_ids"].map(lambda v: ",".join(map(str, v)) if isinstance(v, list) else (v or ""))
+    for col in FLAGS:
+        frame[col] = frame[col].fillna(0).astype(bool)
+    frame["fused"] = frame["fused"].fillna(1).astype(int)
+    for col in ("training", "key", "checkpoint", "checkpoint_hash", "start_hash", "trial_id"):
+        frame[col] = frame[col].astype(object).fillna("").astype(str)
+    return frame.sort_values(SORT, na_position="first", kind="stable").reset_index(drop=True)
+
+
+def write_results(out: Path, rows: Iterable[dict]) -> pd.DataFrame:
+    """Write DIR/results.parquet and DIR/results.csv atomically; returns the table."""
+    frame = results_frame(rows)
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".results.parquet.")
+    os.close(fd)
+    frame.to_parquet(tmp, index=False)
+    os.replace(tmp, out / "results.parquet")
+    atomic_write_bytes(out / "results.csv", frame.to_csv(index=False).encode())
+    return frame
+
+
+def read_results(out: Path) -> pd.DataFrame:
+    return pd.read_parquet(out / "results.parquet")
+
+
+# --- the current rows ---------------------------------------------------------------------------------------------
+
+def oracle_chain(df: pd.DataFrame) -> pd.DataFrame:
+    """The Oracle's rows on each seed's selected chain: a cycle-m row counts only when it started from its seed's
+    selected cycle-(m-1) checkpoint. A rerun with other options may have abandoned a chain; its rows stay in the
+    table (nothing is deleted) but never count."""
+    rows = df[(df["method"] == Method.ORACLE.value) & df["stage"].isin((Stage.GRID.value, Stage.REFINE.value))]
+    keep = []
+    for seed, group in rows.groupby("seed"):
+        start = ""
+        for cycle in sorted(group["cycle"].unique()):
+            at = group[group["cycle"] == cycle]
+            at = at[at["start_hash"].fillna("") == start] if cycle else at[at["start_hash"].fillna("") == ""]
+            if at.empty:
+                break
+            keep.append(at)
+            chosen = at[at["selected"]]
+            if len(chosen) != 1:
+                break
+            start = chosen["checkpoint_hash"].iloc[0]
+    return pd.concat(keep) if keep else rows.iloc[0:0]
+
+
+def current_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows a report uses: the Oracle's current chain, every tuning row, and each other method's current
+    final chain (`selected`; a rerun with other tuned parameters deselects the chain it supersedes)."""
+    others = df[df["method"] != Method.ORACLE.value]
+    others = others[(others["stage"] != Stage.FINAL.value) | others["selected"]]
+    return pd.concat([oracle_chain(df), others]).sort_index()

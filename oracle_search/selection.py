@@ -1,0 +1,183 @@
+"""The one place that decides what the Oracle chose: the best max_lr of a cycle, the paper's interval, the
+noise-aware interval, and which values to train next to resolve them. The drivers and the analysis both use it.
+
+Definitions (docs/design.md has them too):
+- A cycle's **curve** is the validation accuracy of every max_lr trained by all n seeds (max_lr × seed).
+- **b**, the best value: the highest seed-mean validation accuracy among values no seed diverged on; ties go to
+  the smaller max_lr.
+- The **paper's interval** (§5.3): values whose seed-mean is within `TOLERANCE` points of b's.
+- The **noise-aware interval**: v ≠ b is excluded when mean(d) − t(0.95, n−1)·sd(d)/√n > `TOLERANCE`, with the
+  paired differences d_s = acc_s(b) − acc_s(v): v is shown, with 95 % one-sided confidence, to be more than
+  `TOLERANCE` points worse. With n = 1 it is the paper's interval. b is always inside; a value some seed
+  diverged on never is.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+TOLERANCE = 0.5  # percentage points of validation accuracy (paper §5.3)
+CONFIDENCE = 0.95  # one-sided, for the noise-aware interval
+RESOLUTION = 0.05  # an interval edge is resolved when its outside neighbour lies within 5 % of it
+_EPS = 1e-9
+
+
+def lr_key(value: float) -> float:
+    """max_lr values computed in different places compare equal after this rounding."""
+    return float(f"{value:.6g}")
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One cycle's validation accuracy per (max_lr, seed), for the values every seed trained."""
+
+    acc: pd.DataFrame  # index max_lr (ascending), columns seed
+    diverged: pd.DataFrame  # same shape, bool
+
+    @classmethod
+    def from_rows(cls, rows: pd.DataFrame | Iterable[Mapping]) -> "Curve":
+        frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+        if frame.empty:
+            empty = pd.DataFrame(dtype=float)
+            return cls(empty, empty.astype(bool))
+        frame = frame.assign(max_lr=frame["max_lr"].map(lr_key), diverged=frame["diverged"].astype(bool))
+        acc = frame.pivot_table(index="max_lr", columns="seed", values="val_acc", aggfunc="mean")
+        div = frame.pivot_table(index="max_lr", columns="seed", values="diverged", aggfunc="max")
+        complete = acc.notna().all(axis=1)
+        return cls(acc[complete].sort_index(), div[complete].sort_index().astype(bool))
+
+    @property
+    def values(self) -> list[float]:
+        return [float(v) for v in self.acc.index]
+
+    @property
+    def n_seeds(self) -> int:
+        return self.acc.shape[1]
+
+    def mean(self) -> pd.Series:
+        return self.acc.mean(axis=1)
+
+    def standard_error(self) -> pd.Series:
+        n = self.n_seeds
+        return self.acc.std(axis=1, ddof=1) / math.sqrt(n) if n > 1 else self.acc.mean(axis=1) * np.nan
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the Oracle decided at one cycle."""
+
+    best: float
+    best_acc: float  # seed mean
+    best_se: float  # standard error of the seed mean (NaN with one seed)
+    lo: float  # the paper's interval
+    hi: float
+    contiguous: bool
+    noise_lo: float  # the noise-aware interval
+    noise_hi: float
+    noise_contiguous: bool
+    n_seeds: int
+    values: tuple[float, ...]  # every value trained by all seeds
+    inside: tuple[bool, ...]  # per value: in the paper's interval
+    noise_inside: tuple[bool, ...]
+    unimodal: bool
+
+
+def best_value(curve: Curve) -> float | None:
+    """b: the best seed-mean among values no seed diverged on; ties to the smaller max_lr."""
+    mean = curve.mean()[~curve.diverged.any(axis=1)]
+    if mean.empty:
+        return None
+    return float(mean.index[(mean >= mean.max() - _EPS).to_numpy()][0])
+
+
+def noise_excluded(d: np.ndarray, tolerance: float = TOLERANCE, confidence: float = CONFIDENCE) -> bool:
+    """Whether paired differences d_s = acc_s(b) − acc_s(v) show v more than `tolerance` points worse."""
+    n = len(d)
+    if n == 1:
+        return bool(d[0] > tolerance + _EPS)
+    margin = stats.t.ppf(confidence, n - 1) * np.std(d, ddof=1) / math.sqrt(n)
+    return bool(np.mean(d) - margin > tolerance + _EPS)
+
+
+def _span(values: list[float], inside: list[bool]) -> tuple[float, float, bool]:
+    chosen = [v for v, i in zip(values, inside) if i]
+    lo, hi = min(chosen), max(chosen)
+    contiguous = all(i for v, i in zip(values, inside) if lo <= v <= hi)
+    return lo, hi, contiguous
+
+
+def unimodal(mean: pd.Series, best: float, tolerance: float = TOLERANCE) -> bool:
+    """False when, walking away from b on either side, the seed-mean rises again by more than `tolerance`."""
+    for side in (mean[mean.index <= best][::-1], mean[mean.index >= best]):
+        low = math.inf
+        for acc in side:
+            if acc > low + tolerance + _EPS:
+                return False
+            low = min(low, acc)
+    return True
+
+
+def choose(curve: Curve, tolerance: float = TOLERANCE) -> Choice | None:
+    """The cycle's best value and both intervals, or None when every value diverged."""
+    best = best_value(curve)
+    if best is None:
+        return None
+    mean, values = curve.mean(), curve.values
+    alive = ~curve.diverged.any(axis=1).to_numpy()
+    paper = [bool(a and m >= mean[best] - tolerance - _EPS) for a, m in zip(alive, mean)]
+    base = curve.acc.loc[best].to_numpy()
+    noise = [bool(a and (v == best or not noise_excluded(base - curve.acc.loc[v].to_numpy(), tolerance)))
+             for a, v in zip(alive, values)]
+    lo, hi, contiguous = _span(values, paper)
+    noise_lo, noise_hi, noise_contiguous = _span(values, noise)
+    return Choice(best=best, best_acc=float(mean[best]), best_se=float(curve.standard_error()[best]),
+                  lo=lo, hi=hi, contiguous=contiguous, noise_lo=noise_lo, noise_hi=noise_hi,
+                  noise_contiguous=noise_contiguous, n_seeds=curve.n_seeds, values=tuple(values),
+                  inside=tuple(paper), noise_inside=tuple(noise), unimodal=unimodal(mean, best, tolerance))
+
+
+def inside(value: float, lo: float, hi: float) -> bool:
+    return lo * (1 - _EPS) <= value <= hi * (1 + _EPS)
+
+
+def bracket(grid: list[float], previous: float, width: float = 4.0) -> list[float]:
+    """After cycle 0: the grid values within a factor `width` of the previous cycle's choice, and that choice."""
+    near = [g for g in grid if previous / width - _EPS <= g <= previous * width + _EPS]
+    return sorted({lr_key(v) for v in [*near, previous]})
+
+
+def next_values(choice: Choice, grid: list[float], resolution: float = RESOLUTION) -> list[float]:
+    """Values to train next so that b is not on the edge of what was tried and each edge of both intervals lies
+    between a trained value inside and a trained value outside, no further apart than `resolution` (relative).
+
+    Outward, the next coarse-grid value is tried; an edge at the grid's end stays open. Inward, the geometric
+    midpoint of the edge and its outside neighbour halves the gap."""
+    values, grid = list(choice.values), sorted(lr_key(g) for g in grid)
+    new: set[float] = set()
+
+    def outward(edge: float, step: int) -> None:
+        beyond = [g for g in grid if (g < edge - _EPS if step < 0 else g > edge + _EPS)]
+        if beyond:
+            new.add(beyond[-1] if step < 0 else beyond[0])
+
+    # b lies in both intervals, so resolving their edges also moves the search off b's edge of the range.
+    for edge, step in ((choice.noise_lo, -1), (choice.noise_hi, 1), (choice.lo, -1), (choice.hi, 1)):
+        j = values.index(edge) + step
+        if not 0 <= j < len(values):
+            outward(edge, step)
+            continue
+        neighbour = values[j]
+        if abs(neighbour / edge - 1) > resolution:
+            new.add(lr_key(math.sqrt(edge * neighbour)))
+    return sorted(v for v in new if all(abs(v / t - 1) > _EPS for t in values))
+
+
+def dense_best(rows: pd.DataFrame) -> float | None:
+    """The Oracle's seed-mean best at cycle 0 (the paper's "tuned LR" of the unpruned network), if it ran."""
+    rows = rows[(rows["method"] == "oracle") & (rows["cycle"] == 0)]
+    return best_value(Curve.from_rows(rows)) if not rows.empty else None

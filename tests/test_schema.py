@@ -1,0 +1,141 @@
+"""The results table's schema and the one rule for the rows a report may use (issue 11: abandoned Oracle chains,
+superseded SILO final chains), on hand-made tables."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from analysis.intervals import oracle_intervals
+from analysis.select import final_rows, silo_max_lr_by_cycle, silo_params
+from oracle_search.schema import (COLUMNS, ResultRow, current_rows, oracle_chain, read_results, results_frame,
+                                  write_results)
+
+
+def oracle(seed: int, cycle: int, accs: dict[float, float], *, start: str, pick: float | None, tag: str = "",
+           stage: str = "grid") -> list[dict]:
+    """One Oracle cycle of one seed from checkpoint `start`; `pick` is the value marked selected."""
+    return [{"method": "oracle", "stage": stage, "seed": seed, "cycle": cycle, "density": 100 * 0.8**cycle,
+             "max_lr": lr, "val_acc": a, "test_acc": a - 1, "selected": lr == pick, "start_hash": start,
+             "checkpoint_hash": f"{tag}s{seed}c{cycle}lr{lr}"} for lr, a in accs.items()]
+
+
+def test_results_frame_has_every_column_with_its_default():
+    frame = results_frame([{"method": "oracle", "seed": 1, "cycle": 0, "max_lr": 0.1, "gpu_ids": [0, 2]}])
+    assert list(frame.columns) == COLUMNS
+    first = frame.iloc[0]
+    assert first["gpu_ids"] == "0,2" and first["fused"] == 1 and first["checkpoint_hash"] == ""
+    assert not first["stopped_early"] and not first["reused"] and math.isnan(first["val_acc"])
+    assert {"stopped_early", "reused", "fused", "stage", "start_hash", "checkpoint_hash"} <= set(COLUMNS)
+    assert "pruned" not in COLUMNS and len(COLUMNS) == len(set(COLUMNS))
+
+
+@pytest.mark.filterwarnings("error")
+def test_old_tables_pruned_column_becomes_stopped_early():
+    frame = results_frame([{"method": "silo_fit", "stage": "fit", "study_trial": 0.0, "pruned": True},
+                           {"method": "silo_fit", "stage": "fit", "study_trial": 1.0, "pruned": None},
+                           {"method": "silo_fit", "stage": "fit", "study_trial": 2.0, "pruned": False}])
+    assert frame["stopped_early"].tolist() == [True, False, False]
+    assert "pruned" not in frame
+    floats = results_frame([{"study_trial": 0.0, "pruned": 1.0}, {"study_trial": 1.0, "pruned": float("nan")}])
+    assert floats["stopped_early"].tolist() == [True, False]
+
+
+@pytest.mark.filterwarnings("error")  # pandas warns that filling a float column with False will raise
+def test_flags_are_booleans_and_rows_are_sorted():
+    frame = results_frame([{"method": "oracle", "seed": 1, "cycle": 1, "selected": 1.0, "reused": None},
+                           {"method": "constant", "stage": "final", "seed": 0, "cycle": 0, "fused": None},
+                           {"method": "oracle", "seed": 0, "cycle": 2, "diverged": float("nan")}])
+    assert [(m, s, c) for m, s, c in zip(frame["method"], frame["seed"], frame["cycle"])] == [
+        ("constant", 0, 0), ("oracle", 0, 2), ("oracle", 1, 1)]
+    assert frame["selected"].tolist() == [False, False, True]
+    assert frame["diverged"].dtype == bool and frame["reused"].dtype == bool
+    assert frame["fused"].tolist() == [1, 1, 1]
+
+
+def test_write_results_round_trips_through_parquet_and_csv(tmp_path):
+    rows = oracle(0, 0, {0.01: 70.0, 0.02: 80.0}, start="", pick=0.02)
+    rows[0] |= {"reused": True, "fused": 4, "gpu_ids": [1]}
+    written = write_results(tmp_path, rows)
+    back = read_results(tmp_path)
+    pd.testing.assert_frame_equal(back, written)
+    assert back["reused"].tolist() == [True, False] and back["fused"].tolist() == [4, 1]
+    csv = pd.read_csv(tmp_path / "results.csv")
+    assert list(csv.columns) == COLUMNS and csv["val_acc"].tolist() == [70.0, 80.0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.csv", "results.parquet"]  # no temp files
+
+
+def abandoned_chain() -> pd.DataFrame:
+    """Seed 0 ran cycles 0-2 from a first cycle-0 choice (0.01, hash s0c0lr0.01); a rerun refined cycle 0,
+    selected 0.02 instead and retrained cycle 1 from it. The first chain's rows stay in the table."""
+    rows = oracle(0, 0, {0.01: 80.0, 0.04: 70.0}, start="", pick=None)
+    rows += oracle(0, 0, {0.02: 80.5}, start="", pick=0.02, stage="refine")
+    rows += oracle(0, 1, {0.01: 70.0, 0.02: 75.0, 0.04: 90.0}, start="s0c0lr0.01", pick=0.04, tag="old-")
+    rows += oracle(0, 2, {0.04: 91.0, 0.08: 92.0}, start="old-s0c1lr0.04", pick=0.08, tag="old-")
+    rows += oracle(0, 1, {0.01: 79.0, 0.02: 80.0, 0.04: 78.0}, start="s0c0lr0.02", pick=0.02)
+    return results_frame(rows)
+
+
+def test_oracle_chain_keeps_only_rows_on_the_selected_chain():
+    df = abandoned_chain()
+    chain = oracle_chain(df)
+    assert sorted(zip(chain["cycle"], chain["max_lr"])) == [(0, 0.01), (0, 0.02), (0, 0.04),
+                                                            (1, 0.01), (1, 0.02), (1, 0.04)]
+    assert set(chain.loc[chain["cycle"] == 1, "start_hash"]) == {"s0c0lr0.02"}
+    assert len(df) - len(chain) == 5  # the abandoned cycle-1 and cycle-2 rows
+
+
+def test_cycle_one_best_comes_from_the_selected_chain_not_the_abandoned_one():
+    pooled = oracle_intervals(abandoned_chain()).set_index("cycle")
+    assert pooled.loc[1, "best_max_lr"] == 0.02 and pooled.loc[1, "best_val_acc"] == 80.0
+    assert pooled.index.tolist() == [0, 1]  # cycle 2 exists only on the abandoned chain
+
+
+def test_each_seed_follows_its_own_chain_and_a_chain_stops_where_the_choice_is_unclear():
+    rows = oracle(0, 0, {0.01: 80.0, 0.02: 70.0}, start="", pick=0.01)
+    rows += oracle(0, 1, {0.01: 80.0, 0.02: 70.0}, start="s0c0lr0.01", pick=None)  # cycle 1 still running
+    rows += oracle(0, 2, {0.01: 80.0}, start="s0c1lr0.01", pick=0.01)
+    rows += oracle(1, 0, {0.01: 70.0, 0.02: 80.0}, start="", pick=0.02)
+    rows += oracle(1, 1, {0.01: 70.0}, start="s1c0lr0.02", pick=0.01)
+    rows += oracle(1, 1, {0.01: 70.0}, start="s0c0lr0.01", pick=None)  # seed 0's checkpoint: not seed 1's chain
+    rows += oracle(2, 0, {0.01: 70.0, 0.02: 80.0}, start="", pick=0.02)
+    rows += [r | {"selected": True} for r in oracle(2, 1, {0.01: 70.0, 0.02: 80.0}, start="s2c0lr0.02", pick=None)]
+    rows += oracle(2, 2, {0.01: 70.0}, start="s2c1lr0.02", pick=0.01)  # after two selected rows: ambiguous
+    rows += [{"method": "oracle", "stage": "single", "seed": 0, "cycle": 0, "max_lr": 0.5, "start_hash": ""}]
+    chain = oracle_chain(results_frame(rows))
+    assert sorted(chain.groupby("seed")["cycle"].apply(lambda c: sorted(c)).items()) == [
+        (0, [0, 0, 1, 1]), (1, [0, 0, 1]), (2, [0, 0, 1, 1])]
+    assert (chain["stage"] != "single").all()
+
+
+def superseded_silo() -> pd.DataFrame:
+    """silo_fit's final chain was rerun with other parameters; the first run's rows were deselected."""
+    old = {"epsilon": 0.05, "delta": 0.3, "q": 1, "beta": 2.0}
+    new = {"epsilon": 0.08, "delta": 0.6, "q": 2, "beta": 5.0}
+    rows = [{"method": "silo_fit", "stage": "final", "seed": s, "cycle": c, "max_lr": lr, "test_acc": acc,
+             "selected": sel, **params}
+            for params, sel, lrs, acc in ((old, False, (0.05, 0.2), 60.0), (new, True, (0.08, 0.08), 70.0))
+            for s in (10, 11) for c, lr in enumerate(lrs)]
+    rows += [{"method": "silo_fit", "stage": "fit", "seed": 0, "cycle": c, "max_lr": 0.1, "selected": False,
+              "study_trial": 0.0, **old} for c in (0, 1)]
+    return results_frame(rows)
+
+
+def test_only_the_selected_silo_final_chain_is_current():
+    df = superseded_silo()
+    current = current_rows(df)
+    finals = current[current["stage"] == "final"]
+    assert len(finals) == 4 and finals["epsilon"].eq(0.08).all()
+    assert len(current[current["stage"] == "fit"]) == 2  # tuning rows always count
+    assert final_rows(df, "silo_fit")["test_acc"].tolist() == [70.0] * 4
+    assert silo_params(df, "silo_fit") == {"epsilon": 0.08, "delta": 0.6, "q": 2, "beta": 5.0}
+    assert silo_max_lr_by_cycle(df, "silo_fit").to_dict() == {0: 0.08, 1: 0.08}
+    assert silo_params(df, "silo_paper") is None
+
+
+def test_result_row_defaults_follow_the_conventions():
+    row = ResultRow()
+    assert (row.stopped_early, row.reused, row.fused, row.selected, row.diverged) == (False, False, 1, False, False)
+    with pytest.raises(TypeError):
+        ResultRow(pruned=True)
