@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from analysis.report import write_report
-from test_analysis_report import CYCLES, GRID, RATE, realistic  # the hand-made, realistic results table
+from oracle_search.schema import write_results
+from test_analysis_report import SPEC, realistic  # the hand-made, realistic results table
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "render_report.sh"
 NO_BROWSER = 3  # the script's exit status when it has neither Chromium nor apt-get
@@ -30,9 +31,8 @@ def render(run: Path, png: Path) -> tuple[int, dict | None, str]:
 def test_the_report_renders_in_chromium_with_every_image_and_link_whole(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    realistic().to_parquet(run / "results.parquet")
-    (run / "spec.json").write_text(json.dumps({"preset": "mnist1d-mlp", "model": "mlp", "rate": RATE,
-                                               "cycles": CYCLES, "grid": GRID[:2]}))
+    write_results(run, realistic())
+    (run / "spec.json").write_text(json.dumps(SPEC))
     figures = [p for p in write_report(run) if p.startswith("figures/")]
 
     code, seen, err = render(run, tmp_path / "shots" / "report.png")
