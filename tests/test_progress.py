@@ -48,7 +48,7 @@ def test_status_line_shows_counts_cycles_of_each_driver_and_eta():
     assert "ETA ?" in p.status_line(Status(running=1))  # nothing finished yet: no estimate
 
 
-def test_a_terminal_gets_one_redrawn_line_and_every_trial_line_stays(monkeypatch):
+def test_a_terminal_gets_one_redrawn_line_and_every_trial_line_stays():
     out = Terminal()
     p = Progress(out, interval=0.01)
     counter = iter(range(10**6))
