@@ -72,6 +72,11 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
         # cluster.yaml exports the cluster's shared storage to every node; an explicit option still wins.
         p.set_defaults(storage_path=os.environ.get("ORACLE_SEARCH_STORAGE") or None)
         r.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
+        from oracle_search.callbacks import CALLBACKS, callback_name
+
+        r.add_argument("--callback", type=callback_name, action="append", metavar="|".join(CALLBACKS),
+                       help="also log every trial's per-epoch curves to this tracker with Tune's logger "
+                       "callback (repeatable; its package must be installed)")
 
 
 def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:

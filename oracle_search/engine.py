@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import threading
 import time
 import warnings
@@ -22,6 +21,7 @@ import ray
 from ray import tune
 from ray.tune.search import Searcher
 
+from oracle_search.progress import Progress
 from oracle_search.schema import atomic_write_json, write_results
 from trainables.spec import ExperimentSpec
 from trainables.tune_adapter import cycle_trainable
@@ -135,27 +135,6 @@ def checkpoint_uri(checkpoint: tune.Checkpoint, storage: str) -> str:
     return checkpoint.path
 
 
-class Progress:
-    """One line per finished trial instead of Ray's tables."""
-
-    def __init__(self, stream=None):
-        self.stream = stream  # None: whatever sys.stdout is when a line is printed
-        self.started = time.monotonic()
-
-    def say(self, line: str) -> None:
-        print(line, file=self.stream or sys.stdout, flush=True)
-
-    def trial(self, row: dict) -> None:
-        tag = f"{row.get('method', '?')}/{row.get('stage', '?')}"
-        extra = f" trial {int(row['study_trial'])}" if row.get("study_trial") is not None else ""
-        state = " DIVERGED" if row["diverged"] else ""
-        self.say(f"  [{self.elapsed()}] {tag}{extra} cycle {row['cycle']} seed {row['seed']} "
-                 f"max_lr {row['max_lr']:.4g}: val {row['val_acc']:.1f} test {row['test_acc']:.1f} "
-                 f"(epoch {row['best_epoch']}/{row['epochs']}, {row['seconds']:.1f}s){state}")
-
-    def elapsed(self) -> str:
-        s = int(time.monotonic() - self.started)
-        return f"{s // 60:02d}:{s % 60:02d}"
 
 
 class TrialQueue(Searcher):
@@ -358,6 +337,7 @@ class Runner:
     trainable: Callable[[dict], None] = cycle_trainable
     max_failures: int = 2
     progress: Progress = field(default_factory=Progress)
+    callbacks: tuple[tune.Callback, ...] = ()  # more Tune callbacks, e.g. oracle_search.callbacks.logger_callbacks
 
     def __post_init__(self) -> None:
         self.out = self.out.resolve()
@@ -461,6 +441,7 @@ class Runner:
         self._queue.close(drop=abort)
         self._thread.join(timeout=ABORT_JOIN_S if abort else None)
         self._queue = None
+        self.progress.unwatch()  # also when Tune stopped before its experiment-end callback
 
     def write_results(self):
         return write_results(self.out, self.ledger.rows())
@@ -538,7 +519,8 @@ class Runner:
             run_config=tune.RunConfig(
                 name=f"{self.experiment}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
                 storage_path=self.storage, failure_config=tune.FailureConfig(max_failures=self.max_failures),
-                stop=abort, verbose=0, callbacks=[_Record(self)]),
+                stop=abort, verbose=0, callbacks=[_Record(self), self.progress.callback(
+                    lambda key: self._by_key[key].tags, lambda: len(queue.pending)), *self.callbacks]),
         )
 
         def fit() -> None:
