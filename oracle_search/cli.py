@@ -79,6 +79,11 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
         # cluster.yaml exports the cluster's shared storage to every node; an explicit option still wins.
         p.set_defaults(storage_path=os.environ.get("ORACLE_SEARCH_STORAGE") or None)
         r.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
+        from oracle_search.callbacks import CALLBACKS, callback_name
+
+        r.add_argument("--callback", type=callback_name, action="append", metavar="|".join(CALLBACKS),
+                       help="also log every trial's per-epoch curves to this tracker with Tune's logger "
+                       "callback (repeatable; its package must be installed)")
     add_config_options(p)
 
 
@@ -412,6 +417,20 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import os
+    import signal
+    import threading
+
+    def on_signal(signum, frame):
+        # The first signal unwinds the run (the Runner stops its trials; finished ones are in the ledger);
+        # a second one, while that is under way, exits at once.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: os._exit(128 + signum))
+        raise KeyboardInterrupt(signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # SIGTERM too ends a run cleanly: exit 143
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         args = parse_args(build_parser(), argv)  # with --config FILE, the file's values under the flags
         if getattr(args, "print_config", False):
@@ -422,9 +441,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = f"{err.field}: {err}" if isinstance(err, CheckpointError) else err  # it names only the file
         print(f"oracle-search: error: {message}", file=sys.stderr)
         return EXIT_INVALID
-    except KeyboardInterrupt:
-        print("oracle-search: interrupted; rerun the same command to resume", file=sys.stderr)
-        return EXIT_FAILED
+    except KeyboardInterrupt as err:
+        signum = err.args[0] if err.args and isinstance(err.args[0], int) else signal.SIGINT
+        print(f"oracle-search: interrupted by {signal.Signals(signum).name}; finished trials are kept, "
+              "rerun the same command to resume", file=sys.stderr)
+        return 128 + signum
     except Exception as err:  # a run that failed: one line, then the traceback for the curious
         from oracle_search.engine import RunFailed
 
@@ -432,6 +453,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(err, RunFailed):
             raise
         return EXIT_FAILED
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

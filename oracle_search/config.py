@@ -195,12 +195,22 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
             defaults[key] = value
             continue
         action.required = False  # the file gives it
+        if isinstance(value, list):  # a repeatable option (append): argparse converts no list default itself
+            defaults[key] = [_converted(action, str(v), f"{OPTIONS_TABLE}.{key}", known.config) for v in value]
+            continue
         # A string default goes through the option's own type, so a bad value fails as it would on the line.
         defaults[key] = str(value)
     if "preset" in experiment.spec:
         defaults["preset"] = experiment.spec["preset"]
     sub.set_defaults(**defaults)
     return parser.parse_args(argv)
+
+
+def _converted(action: argparse.Action, text: str, name: str, path: str) -> Any:
+    try:
+        return action.type(text) if action.type else text
+    except (TypeError, ValueError, argparse.ArgumentTypeError) as err:
+        raise SpecError(name, f"{err} (in {path})") from None
 
 
 def options(args: argparse.Namespace) -> dict[str, Any]:

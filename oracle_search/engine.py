@@ -1,24 +1,27 @@
 """Run batches of pruning-cycle trials on Ray Tune, recording each finished trial in a ledger at once.
 
 The ledger (one small JSON file per finished trial under DIR/ledger/) is what makes every driver resumable:
-a rerun skips every trial already in it, so a killed driver never retrains a finished trial.
+a rerun skips every trial already in it, so a killed or interrupted driver never retrains a finished trial.
 """
 from __future__ import annotations
 
 import json
 import os
-import sys
+import signal
 import threading
 import time
-from collections import deque
+import warnings
+from collections import Counter, deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import ray
 from ray import tune
 from ray.tune.search import Searcher
 
+from oracle_search.progress import Progress
 from oracle_search.schema import atomic_write_json, write_results
 from trainables.plugins import record_sources, runtime_env
 from trainables.spec import ExperimentSpec
@@ -27,6 +30,10 @@ from trainables.tune_adapter import cycle_trainable
 ROW_METRICS = ("cycle", "seed", "max_lr", "density", "val_acc", "test_acc", "best_epoch", "epochs", "seconds",
                "device", "diverged", "grad_std", "act_std", "grad_hist", "act_hist", "checkpoint_hash",
                "start_hash", "gpu_ids", "node_id")
+# `ray up` hands the autoscaler this file on the head (cluster.yaml: --autoscaling-config), resources filled in.
+AUTOSCALER_CONFIG = Path.home() / "ray_bootstrap_config.yaml"
+IDLE_WAIT_S = 2.0  # how long the searcher holds Tune's idle poll open for the driver's next batch
+ABORT_JOIN_S = 20.0  # how long an interrupted run waits for Tune to stop its trials
 
 
 class RunFailed(RuntimeError):
@@ -67,23 +74,53 @@ class Ledger:
         return [json.loads(p.read_text()) for p in sorted(self.dir.glob("*.json"))]
 
 
+def cluster_address(address: str | None) -> str | None:
+    """`--address`, else the cluster this process runs in: Ray sets RAY_ADDRESS for every job's driver."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
 def connect(address: str | None, runtime_env: dict | None = None) -> None:
-    """Join the cluster at `address`, or start a local Ray sized to this machine with its dashboard off;
-    `runtime_env` ships the user's own modules (trainables.plugins.runtime_env) to every worker."""
+    """Join the cluster at `address` (or RAY_ADDRESS), or start a local Ray sized to this machine with its
+    dashboard off; `runtime_env` ships the user's own modules (trainables.plugins.runtime_env) to every worker."""
     # Read by Tune in this process at fit time, so set them even when the caller already started Ray.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no status tables
     # Tune lets a searcher keep only one trial pending by default, which serialises trial starts.
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(max(2, os.cpu_count() or 1)))
     if ray.is_initialized():
         return
-    if address:
-        ray.init(address=address, runtime_env=runtime_env, logging_level="WARNING", log_to_driver=False)
-        return
-    import torch
+    address = cluster_address(address)
+    in_main = threading.current_thread() is threading.main_thread()
+    sigterm = signal.getsignal(signal.SIGTERM) if in_main else None
+    try:
+        if address:
+            ray.init(address=address, runtime_env=runtime_env, logging_level="WARNING", log_to_driver=False)
+            return
+        import torch
 
-    # address="local": never join a stale cluster that a leftover ray_current_cluster file names.
-    ray.init(address="local", num_cpus=os.cpu_count(), num_gpus=torch.cuda.device_count(),
-             include_dashboard=False, runtime_env=runtime_env, logging_level="WARNING", log_to_driver=False)
+        # address="local": never join a stale cluster that a leftover ray_current_cluster file names.
+        ray.init(address="local", num_cpus=os.cpu_count(), num_gpus=torch.cuda.device_count(),
+                 include_dashboard=False, runtime_env=runtime_env, logging_level="WARNING", log_to_driver=False)
+    finally:
+        if callable(sigterm):  # ray.init swaps in its own SIGTERM handler (sys.exit); keep the caller's
+            signal.signal(signal.SIGTERM, sigterm)
+
+
+def autoscaler_ceiling(path: Path | None = None) -> dict[str, float] | None:
+    """The most resources the autoscaler may grow the cluster to (head plus every worker type at its
+    max_workers), from the config `ray up` leaves on the head; None without one."""
+    path = path or AUTOSCALER_CONFIG
+    if not path.is_file():
+        return None
+    import yaml
+
+    config = yaml.safe_load(path.read_text()) or {}
+    cap, head = config.get("max_workers"), config.get("head_node_type")
+    total: Counter[str] = Counter()
+    for name, node in (config.get("available_node_types") or {}).items():
+        count = 1 if name == head else min(node.get("max_workers", cap or 0), cap if cap is not None else 1 << 30)
+        for resource, amount in (node.get("resources") or {}).items():
+            total[resource] += count * amount
+    return dict(total) or None
 
 
 def last_error_line(trial) -> str:
@@ -99,79 +136,6 @@ def checkpoint_uri(checkpoint: tune.Checkpoint, storage: str) -> str:
     return checkpoint.path
 
 
-class Progress:
-    """One line per finished trial instead of Ray's tables."""
-
-    def __init__(self, stream=None):
-        self.stream = stream  # None: whatever sys.stdout is when a line is printed
-        self.started = time.monotonic()
-
-    def say(self, line: str) -> None:
-        print(line, file=self.stream or sys.stdout, flush=True)
-
-    def trial(self, row: dict) -> None:
-        tag = f"{row.get('method', '?')}/{row.get('stage', '?')}"
-        extra = f" trial {int(row['study_trial'])}" if row.get("study_trial") is not None else ""
-        state = " DIVERGED" if row["diverged"] else ""
-        self.say(f"  [{self.elapsed()}] {tag}{extra} cycle {row['cycle']} seed {row['seed']} "
-                 f"max_lr {row['max_lr']:.4g}: val {row['val_acc']:.1f} test {row['test_acc']:.1f} "
-                 f"(epoch {row['best_epoch']}/{row['epochs']}, {row['seconds']:.1f}s){state}")
-
-    def elapsed(self) -> str:
-        s = int(time.monotonic() - self.started)
-        return f"{s // 60:02d}:{s % 60:02d}"
-
-
-def keep_idle_actors_warm() -> None:
-    """Keep Tune's idle trial actors while the experiment lives, instead of evicting them at every step where
-    no trial is pending.
-
-    Between two cycles no trial is pending for a moment (the next cycle waits for the selection), and Tune would
-    evict every warm actor (torch imported, data cached) only to start cold ones seconds later: on a 2-core
-    machine that gap cost more than the trials. All idle actors are still removed when the experiment ends.
-    Tune also caches only one idle actor when no trial is staged, so every other one was dropped at each cycle's
-    end; in the next cycle the cached actor then took each trial before a new actor had started, and Tune killed
-    the starting one: trials ran one at a time. So every finished actor is cached until the search ends.
-    This touches private Tune methods; if a Ray release renames them, runs stay correct, only slower.
-    """
-    from ray.tune.execution.tune_controller import TuneController
-
-    original = getattr(TuneController, "_cleanup_cached_actors", None)
-    original_cache = getattr(TuneController, "_maybe_cache_trial_actor", None)
-    if original is None or original_cache is None or getattr(original, "_keeps_warm", False):
-        return
-
-    def cleanup(self, force_all: bool = False):
-        if force_all or self._search_alg.is_finished():
-            original(self, force_all=force_all)
-
-    def cache(self, trial) -> bool:
-        if self._search_alg.is_finished():
-            return original_cache(self, trial)
-        room = self._actor_cache.num_cached_objects + 1  # let the cache take this actor too
-        self._actor_cache.increase_max(trial.placement_group_factory, room)
-        try:
-            return original_cache(self, trial)
-        finally:
-            self._actor_cache.decrease_max(trial.placement_group_factory, room)
-
-    def update_trial_queue(self, blocking: bool = False, timeout: int = 600) -> bool:
-        # Tune's own version polls an idle searcher once a second; between two driver batches that second is
-        # pure waiting, once per cycle. Poll every 20 ms instead.
-        trial = self._search_alg.next_trial()
-        deadline = time.monotonic() + timeout
-        while blocking and not trial and not self.is_finished() and time.monotonic() < deadline:
-            time.sleep(0.02)
-            trial = self._search_alg.next_trial()
-        if trial:
-            self.add_trial(trial)
-        return bool(trial)
-
-    cleanup._keeps_warm = True
-    TuneController._cleanup_cached_actors = cleanup
-    TuneController._maybe_cache_trial_actor = cache
-    if hasattr(TuneController, "_update_trial_queue"):
-        TuneController._update_trial_queue = update_trial_queue
 
 
 class TrialQueue(Searcher):
@@ -180,26 +144,49 @@ class TrialQueue(Searcher):
 
     def __init__(self) -> None:
         super().__init__()
-        self.pending: deque[Trial] = deque()
+        self.pending: deque[dict] = deque()  # trial configs not yet handed to Tune
+        self.live: set[str] = set()  # Tune trial ids handed out and not yet complete
+        self.demand = 0  # size of the driver's latest batch: how many actors it will want again
+        self.resources = None  # the trials' placement group factory, once one started
+        self.extra = 0  # idle actors kept beyond Tune's own count (see `warm_actors`)
         self.closed = False
-        self.lock = threading.Lock()
+        self.ready = threading.Condition()
 
-    def put(self, trials: list[Trial]) -> None:
-        with self.lock:
-            self.pending.extend(trials)
+    def put(self, configs: list[dict], batch: bool = True) -> None:
+        with self.ready:
+            self.pending.extend(configs)
+            if batch:
+                self.demand = len(configs)
+            self.ready.notify_all()
 
-    def close(self) -> None:
-        with self.lock:
+    def close(self, drop: bool = False) -> None:
+        """Hand out no more trials once the queue is empty, or at once with `drop`."""
+        with self.ready:
             self.closed = True
+            if drop:
+                self.pending.clear()
+            self.ready.notify_all()
 
     def suggest(self, trial_id: str) -> dict | str | None:
-        with self.lock:
+        with self.ready:
+            if not self.pending and not self.closed and not self.live:
+                # Tune has nothing to run and polls an idle searcher once a second; between two driver batches
+                # that second is pure waiting. Wait here for the next batch instead.
+                self.ready.wait(IDLE_WAIT_S)
             if self.pending:
-                return {"trial": self.pending.popleft().config()}
+                self.live.add(trial_id)
+                return {"trial": self.pending.popleft()}
             return Searcher.FINISHED if self.closed else None
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        pass
+        with self.ready:
+            self.live.discard(trial_id)
+
+    def idle_wanted(self) -> int:
+        """Idle actors worth keeping beyond Tune's own count of staged trials: enough to give the driver's
+        latest batch size of actors again, or the trials still queued here; more are released."""
+        with self.ready:
+            return 0 if self.closed else max(self.demand - len(self.live), len(self.pending))
 
     def save(self, checkpoint_path: str) -> None:  # the ledger, not Tune's experiment state, resumes runs
         pass
@@ -216,11 +203,105 @@ class TrialQueue(Searcher):
         self.closed = True
 
 
+# Ray minor versions whose Tune internals `warm_actors` was written for and tested on.
+WARM_ACTORS_RAY = ((2, 60),)
+_warm_lock = threading.Lock()
+_warm = {"users": 0, "original": None}
+_warned = False
+
+
+def _queue_of(controller) -> TrialQueue | None:
+    searcher = getattr(controller, "_search_alg", None)
+    while searcher is not None and not isinstance(searcher, TrialQueue):
+        searcher = getattr(searcher, "searcher", None)  # SearchGenerator / ConcurrencyLimiter wrap it
+    return searcher
+
+
+def _keep_idle(controller, queue: TrialQueue, count: int) -> None:
+    cache = controller._actor_cache
+    cache.increase_max(queue.resources, count - queue.extra)
+    queue.extra = count
+
+
+@contextmanager
+def warm_actors() -> Iterator[bool]:
+    """While it lasts, the Tune experiments fed by a `TrialQueue` keep idle trial actors (torch imported, data
+    cached) between the driver's batches; yields whether it could.
+
+    Tune sizes its cache of idle actors by the trials staged at that moment and evicts the rest at every step.
+    Between two cycles nothing is staged for a moment (the next cycle waits for the selection), so Tune kept one
+    actor and the next cycle started cold ones: on a 2-core machine that cost more than the trials. No public
+    option changes this, so one private method, `TuneController._cleanup_cached_actors`, is wrapped: it still
+    runs, with the cache allowed `TrialQueue.idle_wanted()` extra idle actors (the driver's latest batch size
+    less its trials in flight), so idle actors beyond what the driver asks for are released and a cluster can
+    scale down while a run drains. Other experiments in the process see the original; the wrapper is removed
+    when the last experiment using it ends. On an untested Ray it is not applied: plain `reuse_actors`, slower.
+    """
+    global _warned
+    from ray.tune.execution.tune_controller import TuneController
+
+    version = tuple(int(part) for part in ray.__version__.split(".")[:2])
+    if version not in WARM_ACTORS_RAY or not callable(getattr(TuneController, "_cleanup_cached_actors", None)):
+        if not _warned:
+            _warned = True
+            warnings.warn(f"oracle-search: Ray {ray.__version__} is not one the warm-actor hook was tested on "
+                          f"({', '.join('%d.%d' % v for v in WARM_ACTORS_RAY)}); using plain reuse_actors, "
+                          "so trial actors restart between cycles", RuntimeWarning, stacklevel=3)
+        yield False
+        return
+    with _warm_lock:
+        if _warm["users"] == 0:
+            original = _warm["original"] = TuneController._cleanup_cached_actors
+
+            def cleanup(controller, force_all: bool = False):
+                queue = _queue_of(controller)
+                if queue is None or queue.resources is None:
+                    return original(controller, force_all=force_all)
+                _keep_idle(controller, queue, 0 if force_all else queue.idle_wanted())
+                try:
+                    return original(controller, force_all=force_all)
+                finally:
+                    # Until the next step, let the cache take every actor that finishes; the step trims it.
+                    _keep_idle(controller, queue, 0 if force_all or queue.closed else queue.demand)
+
+            TuneController._cleanup_cached_actors = cleanup
+        _warm["users"] += 1
+    try:
+        yield True
+    finally:
+        with _warm_lock:
+            _warm["users"] -= 1
+            if _warm["users"] == 0:
+                TuneController._cleanup_cached_actors = _warm["original"]
+
+
+class _Abort(tune.Stopper):
+    """Stops every running trial of the experiment once set (Tune checks it at every step)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.event.is_set()
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+
 class _Record(tune.Callback):
-    """Hands finished and failed trials to the runner, in the driver process."""
+    """Hands started, finished and failed trials to the runner, in the driver process."""
 
     def __init__(self, runner: "Runner"):
         self.runner = runner
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.runner._queue_resources(trial)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.runner._record(trial)
@@ -232,10 +313,23 @@ class _Record(tune.Callback):
         return {}
 
 
+def incomplete(result: dict, checkpoint) -> str | None:
+    """Why a finished trial's last result is not a row, or None when it is one (a plain row with `val_acc`, or a
+    fused trial's `fused_rows`, with a checkpoint either way)."""
+    if result.get("final") is False:
+        return "ended on an intermediate result"
+    if "val_acc" not in result and "fused_rows" not in result:
+        return "ended without reporting val_acc"
+    if checkpoint is None:
+        return "ended without a checkpoint"
+    return None
+
+
 @dataclass
 class Runner:
     """Runs trials for one results directory on one long-lived Tune experiment; each finished trial lands in
-    the ledger immediately. Use as a context manager, or call `close()`."""
+    the ledger immediately. Use as a context manager, or call `close()`; leaving the context with an exception
+    (Ctrl-C included) stops the running trials at once."""
 
     out: Path
     spec: ExperimentSpec
@@ -244,6 +338,7 @@ class Runner:
     trainable: Callable[[dict], None] = cycle_trainable
     max_failures: int = 2
     progress: Progress = field(default_factory=Progress)
+    callbacks: tuple[tune.Callback, ...] = ()  # more Tune callbacks, e.g. oracle_search.callbacks.logger_callbacks
 
     def __post_init__(self) -> None:
         self.out = self.out.resolve()
@@ -251,6 +346,7 @@ class Runner:
         record_sources(self.out, self.spec)  # a rerun with edited import-path code is refused (SpecError)
         self.storage = self.spec.resources.storage_path or str(self.out / "tune")
         self._queue: TrialQueue | None = None
+        self._abort: _Abort | None = None
         self._thread: threading.Thread | None = None
         self._done = threading.Condition()
         self._finished: dict[str, dict] = {}
@@ -258,12 +354,13 @@ class Runner:
         self._by_key: dict[str, Trial] = {}
         self._tune_error: BaseException | None = None
         self._trainings: dict[str, dict] | None = None
+        self._stopping = False
 
     def __enter__(self) -> "Runner":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(abort=exc_type is not None)
 
     def run(self, trials: list[Trial]) -> dict[str, dict]:
         """Rows of all `trials`, training only those not already in the ledger; blocks until they finish.
@@ -274,16 +371,16 @@ class Runner:
         rows = {t.key: row for t in trials if (row := self.ledger.get(t.key)) is not None}
         rows |= self._reuse([t for t in trials if t.key not in rows])
         todo, twins = [], []  # twins: a later trial of a training this batch already runs
-        first: dict[str, Trial] = {}
+        leaders: set[str] = set()
         for t in (t for t in trials if t.key not in rows):
             training = t.tags.get("training")
-            (twins if training in first else todo).append(t)
+            (twins if training and training in leaders else todo).append(t)
             if training:
-                first.setdefault(training, t)
+                leaders.add(training)
         if todo:
             self._start()
             self._by_key.update({t.key: t for t in todo})
-            self._queue.put(todo)
+            self._queue.put([t.config() for t in todo])
             keys = {t.key for t in todo}
             with self._done:
                 while not keys <= (self._finished.keys() | self._failed):
@@ -320,38 +417,81 @@ class Runner:
         return reused
 
     def slots(self, per: int = 1) -> int:
-        """How many groups of `per` trials the cluster runs at once (at least 1)."""
+        """How many groups of `per` trials to run at once (at least 1): --max-concurrent when given, else as
+        many as fit the cluster at its largest (its present size, or what its autoscaler may grow it to)."""
+        res = self.spec.resources
+        if res.max_concurrent:  # the user's word, even beyond the present cluster: an autoscaler adds nodes
+            return max(1, res.max_concurrent // per)
         connect(self.address, runtime_env(self.spec))
-        res, total = self.spec.resources, ray.cluster_resources()
-        n = int(total.get("CPU", 1) // res.cpus_per_trial)
+        total = ray.cluster_resources()
+        ceiling = autoscaler_ceiling() if cluster_address(self.address) else None
+        for resource, amount in (ceiling or {}).items():
+            total[resource] = max(total.get(resource, 0), amount)
+        n = int(total.get("CPU", 0) // res.cpus_per_trial)
         if res.gpus_per_trial > 0:
             n = min(n, int(total.get("GPU", 0) // res.gpus_per_trial))
-        if res.max_concurrent:
-            n = min(n, res.max_concurrent)
         return max(1, n // per)
 
-    def close(self) -> None:
-        if self._queue is not None:
-            self._queue.close()
-            self._thread.join()
-            self._queue = None
+    def close(self, abort: bool = False) -> None:
+        """End the experiment: once the queued trials ran, or with `abort` at once, stopping running trials
+        (finished ones are in the ledger; a rerun resumes)."""
+        if self._queue is None:
+            return
+        if abort:
+            self._stopping = True
+            self._abort.event.set()
+        self._queue.close(drop=abort)
+        self._thread.join(timeout=ABORT_JOIN_S if abort else None)
+        self._queue = None
+        self.progress.unwatch()  # also when Tune stopped before its experiment-end callback
 
     def write_results(self):
         return write_results(self.out, self.ledger.rows())
 
+    def _queue_resources(self, trial) -> None:
+        queue = self._queue
+        if queue is not None and queue.resources is None:
+            queue.resources = trial.placement_group_factory
+
     def _record(self, trial) -> None:
-        result, key = trial.last_result, trial.config["trial"]["key"]
-        if "val_acc" not in result or trial.checkpoint is None:
+        config = trial.config["trial"]
+        key, result = config["key"], trial.last_result or {}
+        if self._stopping:  # stopped by an interrupt: whatever it reported is not a finished trial
             return
-        row = {k: result[k] for k in ROW_METRICS} | self._by_key[key].tags | {
-            "experiment": self.experiment, "key": key, "trial_id": trial.trial_id,
-            "checkpoint": checkpoint_uri(trial.checkpoint, self.storage)}
-        self.ledger.record(row)
-        if self._trainings is not None and row.get("training"):
-            self._trainings.setdefault(row["training"], row)
-        self.progress.trial(row)
+        why = incomplete(result, trial.checkpoint)
+        if why:
+            self._retry(config, why)
+            return
+        uri = checkpoint_uri(trial.checkpoint, self.storage)
+        # A fused trial (several candidates trained as one) reports one row per candidate, each with its own key
+        # and checkpoint subfolder; gpu_ids and node_id are the trial's.
+        for metrics in result.get("fused_rows") or [result]:
+            row_key, merged = metrics.get("key") or key, result | metrics
+            row = {k: merged[k] for k in ROW_METRICS} | self._by_key.get(row_key, self._by_key[key]).tags
+            row |= {"experiment": self.experiment, "key": row_key, "trial_id": trial.trial_id,
+                    "checkpoint": f"{uri}/{metrics['checkpoint_subdir']}" if "checkpoint_subdir" in metrics else uri}
+            if "fused" in metrics:
+                row["fused"] = metrics["fused"]
+            self.ledger.record(row)
+            if self._trainings is not None and row.get("training"):
+                self._trainings.setdefault(row["training"], row)
+            self.progress.trial(row)
+            with self._done:
+                self._finished[row_key] = row
         with self._done:
-            self._finished[key] = row
+            if key not in self._finished:  # a fused trial's own key stands for its candidates' rows
+                self._finished[key] = {"key": key, "fused_keys": [m["key"] for m in result["fused_rows"]]}
+            self._done.notify_all()
+
+    def _retry(self, config: dict, why: str) -> None:
+        """A trial that ended without a row is an error: run it again, up to `max_failures` times."""
+        attempt = config.get("attempt", 0) + 1
+        if attempt <= self.max_failures and self._queue is not None:
+            self.progress.say(f"  trial {config['key']} {why}; retrying ({attempt} of {self.max_failures})")
+            self._queue.put([config | {"attempt": attempt}], batch=False)
+            return
+        with self._done:
+            self._failed[config["key"]] = why
             self._done.notify_all()
 
     def _fail(self, trial) -> None:
@@ -363,32 +503,38 @@ class Runner:
         if self._queue is not None:
             return
         connect(self.address, runtime_env(self.spec))
-        keep_idle_actors_warm()
         inner = self.trainable
         res = self.spec.resources
         trainable = tune.with_resources(lambda config: inner(config["trial"]),
                                         {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial})
-        queue = TrialQueue()
+        queue, abort = TrialQueue(), _Abort()
+
+        def dirname(trial) -> str:
+            config = trial.config["trial"]
+            return config["key"] + (f"-retry{config['attempt']}" if config.get("attempt") else "")
+
         tuner = tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
                 search_alg=queue, num_samples=-1, max_concurrent_trials=res.max_concurrent or None,
-                reuse_actors=True, trial_dirname_creator=lambda trial: trial.config["trial"]["key"]),
+                reuse_actors=True, trial_dirname_creator=dirname),
             run_config=tune.RunConfig(
                 name=f"{self.experiment}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
                 storage_path=self.storage, failure_config=tune.FailureConfig(max_failures=self.max_failures),
-                verbose=0, callbacks=[_Record(self)]),
+                stop=abort, verbose=0, callbacks=[_Record(self), self.progress.callback(
+                    lambda key: self._by_key[key].tags, lambda: len(queue.pending)), *self.callbacks]),
         )
 
         def fit() -> None:
             try:
-                tuner.fit()
+                with warm_actors():
+                    tuner.fit()
             except BaseException as err:  # surfaced by run() as RunFailed
                 self._tune_error = err
             finally:
                 with self._done:
                     self._done.notify_all()
 
-        self._queue = queue
+        self._queue, self._abort = queue, abort
         self._thread = threading.Thread(target=fit, name="tune", daemon=True)
         self._thread.start()

@@ -88,7 +88,9 @@ def check_inputs(spec: ExperimentSpec, *, address: str | None = None, study_stor
 
     load_data(spec)
     res = spec.resources
-    if not (address or os.environ.get("RAY_ADDRESS")):
+    from oracle_search.engine import cluster_address
+
+    if not cluster_address(address):  # inside a Ray job, RAY_ADDRESS names its cluster
         import torch
 
         if res.cpus_per_trial > (os.cpu_count() or 1):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from oracle_search.cli import build_parser, main, spec_from_args
-from oracle_search.results import write_results
+from oracle_search.schema import write_results
 from trainables.checkpoints import STATE_FILE, load_checkpoint
 
 ROW_KEYS = {"experiment", "method", "schedule", "seed", "cycle", "density", "max_lr", "val_acc", "test_acc",

@@ -190,13 +190,13 @@ def test_oracle_spreads_over_two_nodes_and_chains_through_shared_storage(cluster
                                resources=Resources(cpus_per_trial=1, storage_path=str(shared)))
     with Runner(out=tmp_path / "out", spec=spec, experiment="nodes", address=cluster.address,
                 trainable=together(tmp_path / "log", 2), progress=Progress(io.StringIO())) as runner:
-        chosen = run_oracle(runner, [0], list(spec.grid))
+        outcomes = run_oracle(runner, [0], list(spec.grid), refine=0, use_bracket=False)
         rows = runner.ledger.rows()
 
     assert len(rows) == 6
     assert {r["node_id"] for r in rows} == nodes  # both worker nodes trained trials
     assert all(r["checkpoint"].startswith(str(shared)) for r in rows)
-    cycle0, cycle1 = chosen[0]
-    assert cycle0.row["checkpoint_hash"]
-    assert {r["start_hash"] for r in rows if r["cycle"] == 1} == {cycle0.row["checkpoint_hash"]}
-    assert cycle1.row["density"] == pytest.approx(80.0, abs=0.1)  # one cycle pruned 20 %
+    cycle0, cycle1 = (o.selected[0] for o in outcomes)
+    assert cycle0["checkpoint_hash"]
+    assert {r["start_hash"] for r in rows if r["cycle"] == 1} == {cycle0["checkpoint_hash"]}
+    assert cycle1["density"] == pytest.approx(80.0, abs=0.1)  # one cycle pruned 20 %

@@ -1,20 +1,25 @@
-"""The Runner on a real local Ray Tune: the ledger, retries of crashed trials, failures, and skipping finished
-trials on a rerun."""
+"""The Runner on a real local Ray Tune: the ledger, retries of crashed trials and of trials that end without a
+row, failures, skipping finished trials on a rerun, warm actors, and how wide it runs on a cluster."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
+import re
 import sys
+import threading
+import time
 from functools import partial
 from pathlib import Path
 
 import pytest
-from ray import cloudpickle
+from ray import cloudpickle, tune
 
-from oracle_search import results
+from oracle_search import schema
 from oracle_search.engine import Ledger, Progress, RunFailed, Runner, Trial
 from trainables.presets import PRESETS
+from trainables.spec import Resources
 from trainables.tune_adapter import cycle_trainable
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this test module
@@ -55,7 +60,7 @@ def test_ledger_record_is_atomic(tmp_path, monkeypatch):
     def crash(src, dst):  # the process dies between writing the temp file and renaming it
         raise OSError("killed")
 
-    monkeypatch.setattr(results.os, "replace", crash)
+    monkeypatch.setattr(schema.os, "replace", crash)
     with pytest.raises(OSError):
         ledger.record({"key": "a", "val_acc": 2.0})
     assert json.loads((tmp_path / "ledger" / "a.json").read_text()) == {"key": "a", "val_acc": 1.0}
@@ -123,3 +128,202 @@ def test_a_rerun_trains_only_the_trials_missing_from_the_ledger(ray_local, tmp_p
     assert second["c"]["trial_id"] not in {row["trial_id"] for row in first.values()}
     assert trial_dirs(tmp_path) == ["a", "b", "c"]  # a and b ran once, in the first experiment
     assert r.write_results()["key"].tolist() == ["a", "b", "c"]
+
+
+# --- warm actors, on Tune's public surface plus one scoped hook --------------------------------------------------
+
+def record_pid(log: str, config: dict) -> None:
+    (Path(log) / f"{config['key']}.{os.getpid()}").touch()
+    cycle_trainable(config)
+
+
+def pids(log: Path, keys: str) -> set[int]:
+    return {int(p.suffix[1:]) for p in log.iterdir() if p.stem in keys}
+
+
+def alive(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.slow
+def test_batches_reuse_the_same_worker_processes_and_idle_ones_beyond_the_batch_are_released(ray_local, tmp_path):
+    from ray.tune.execution.tune_controller import TuneController
+
+    private = {name: getattr(TuneController, name) for name in
+               ("_cleanup_cached_actors", "_maybe_cache_trial_actor", "_update_trial_queue")}
+    log = tmp_path / "pids"
+    log.mkdir()
+    with runner(tmp_path / "run", trainable=partial(record_pid, str(log))) as r:
+        r.run([trial("a", seed=0), trial("b", seed=1)])
+        # The hook is one wrapped method, and only while an experiment lives; Tune's others are untouched.
+        assert TuneController._cleanup_cached_actors is not private["_cleanup_cached_actors"]
+        assert all(getattr(TuneController, n) is f for n, f in private.items() if n != "_cleanup_cached_actors")
+        r.run([trial("c", seed=0), trial("d", seed=1)])
+        first, second = pids(log, "ab"), pids(log, "cd")
+        assert len(first) == 2 and second == first  # the second batch ran in the first batch's actors
+        r.run([trial("e", seed=2)])
+        (kept,) = pids(log, "e")
+        deadline = time.monotonic() + 30
+        while any(alive(p) for p in first - {kept}) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert kept in first and alive(kept)
+        assert not any(alive(p) for p in first - {kept})  # a batch of one keeps one actor, releases the other
+    assert all(getattr(TuneController, n) is f for n, f in private.items())  # restored once the run ended
+
+
+@pytest.mark.slow
+def test_on_an_untested_ray_trials_run_with_plain_actor_reuse_and_one_warning(ray_local, tmp_path, monkeypatch):
+    from ray.tune.execution.tune_controller import TuneController
+
+    from oracle_search import engine
+
+    original = TuneController._cleanup_cached_actors
+    monkeypatch.setattr(engine, "WARM_ACTORS_RAY", ((1, 0),))
+    monkeypatch.setattr(engine, "_warned", False)
+    with pytest.warns(RuntimeWarning, match=r"not one the warm-actor hook was tested on \(1\.0\)") as caught:
+        with runner(tmp_path) as r:
+            rows = r.run([trial("a")])
+            assert TuneController._cleanup_cached_actors is original
+            rows |= r.run([trial("b", seed=1)])
+    assert sorted(rows) == ["a", "b"] and all(row["val_acc"] > 50 for row in rows.values())
+    assert len([w for w in caught if "warm-actor" in str(w.message)]) == 1
+
+
+# --- a trial that ends without a row -----------------------------------------------------------------------------
+
+def ends_without_a_row(markers: str, config: dict) -> None:
+    """`once-*`: the first attempt returns without reporting; `never-*`: every attempt reports only an
+    intermediate result (no checkpoint); others train normally."""
+    marker = Path(markers) / config["key"]
+    first = not marker.exists()
+    marker.touch()
+    if config["key"].startswith("never-"):
+        tune.report({"val_acc": 50.0, "final": False})
+        return
+    if config["key"].startswith("once-") and first:
+        return
+    cycle_trainable(config)
+
+
+@pytest.mark.slow
+def test_a_trial_ending_without_a_row_is_retried_then_named_in_the_failure(ray_local, tmp_path):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    r = runner(tmp_path / "run", trainable=partial(ends_without_a_row, str(markers)), max_failures=1)
+    outcome: dict = {}
+
+    def drive() -> None:
+        try:
+            outcome["rows"] = r.run([trial("once-a"), trial("never-b", seed=1)])
+        except RunFailed as err:
+            outcome["error"] = err
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    driver.join(timeout=180)
+    assert not driver.is_alive(), "run() never returned: a trial without val_acc or checkpoint hung the driver"
+    r.close()
+    assert "error" in outcome
+    assert re.search(r"1 trial\(s\) failed .*\(first: never-b: ended on an intermediate result\)",
+                     str(outcome["error"]))
+    assert [row["key"] for row in Ledger(tmp_path / "run").rows()] == ["once-a"]  # retried, then trained
+    assert trial_dirs(tmp_path / "run") == ["never-b", "never-b-retry1", "once-a", "once-a-retry1"]
+
+
+def fused_like(config: dict) -> None:
+    """Reports as a fused trial does (`trainables.tune_adapter.fused_cycle_trainable`'s contract): one result
+    with a row per candidate and one checkpoint whose subfolders hold each candidate's checkpoint."""
+    import tempfile
+
+    import ray
+
+    from trainables.cycle import run_cycle
+
+    with tempfile.TemporaryDirectory() as work:
+        rows = []
+        for i, (key, lr) in enumerate(zip(config["keys"], config["max_lrs"])):
+            result = run_cycle(config["spec"], cycle=0, max_lr=lr, seed=config["seed"],
+                               checkpoint_dir=Path(work) / f"cand{i:02d}")
+            rows.append(result.row() | {"key": key, "fused": len(config["keys"]), "checkpoint_subdir": f"cand{i:02d}"})
+        tune.report({"fused_rows": rows, "gpu_ids": [], "node_id": ray.get_runtime_context().get_node_id()},
+                    checkpoint=tune.Checkpoint.from_directory(work))
+
+
+@pytest.mark.slow
+def test_a_fused_result_lands_as_one_row_per_candidate(ray_local, tmp_path):
+    fused = Trial(key="fused-c00", spec=TINY, cycle=0, max_lr=None, seed=0, start_checkpoint=None,
+                  tags={"method": "oracle", "stage": "grid"})
+
+    def trainable(config: dict) -> None:
+        fused_like(config | {"keys": ["cand-0.03", "cand-0.3"], "max_lrs": [0.03, 0.3]})
+
+    with runner(tmp_path, trainable=trainable) as r:
+        assert r.run([fused])["fused-c00"]["fused_keys"] == ["cand-0.03", "cand-0.3"]
+    rows = {row["key"]: row for row in Ledger(tmp_path).rows()}
+    assert sorted(rows) == ["cand-0.03", "cand-0.3"]
+    assert [rows[k]["max_lr"] for k in sorted(rows)] == [0.03, 0.3] and {r["fused"] for r in rows.values()} == {2}
+    for i, key in enumerate(sorted(rows)):
+        assert rows[key]["checkpoint"].endswith(f"/cand{i:02d}") and Path(rows[key]["checkpoint"]).is_dir()
+        assert rows[key]["method"] == "oracle"
+
+
+def test_a_result_is_a_row_only_with_val_acc_or_fused_rows_and_a_checkpoint():
+    from oracle_search.engine import incomplete
+
+    ckpt = object()
+    assert incomplete({"val_acc": 1.0}, ckpt) is None
+    assert incomplete({"fused_rows": [{"val_acc": 1.0}]}, ckpt) is None  # a fused trial's candidates
+    assert incomplete({}, ckpt) == "ended without reporting val_acc"
+    assert incomplete({"val_acc": 1.0}, None) == "ended without a checkpoint"
+    assert incomplete({"val_acc": 1.0, "final": False}, ckpt) == "ended on an intermediate result"
+
+
+# --- where Ray runs and how wide ---------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_without_address_connect_joins_the_cluster_named_by_ray_address(make_cluster, monkeypatch):
+    import ray
+
+    from oracle_search.engine import connect
+
+    cluster = make_cluster(1)
+    ray.shutdown()
+    monkeypatch.setenv("RAY_ADDRESS", cluster.address)  # what Ray sets inside every job
+    connect(None)
+    assert ray.get_runtime_context().gcs_address == cluster.address  # joined, not a second local Ray
+
+
+def bootstrap_config(path: Path, worker_cpus: int, max_workers: int) -> Path:
+    """An autoscaler config as `ray up` leaves it on the head (resources filled in)."""
+    path.write_text(f"""
+max_workers: {max_workers}
+head_node_type: head
+available_node_types:
+  head: {{resources: {{CPU: 0}}, node_config: {{}}}}
+  worker: {{resources: {{CPU: {worker_cpus}, GPU: 1}}, min_workers: 0, max_workers: {max_workers}, node_config: {{}}}}
+""")
+    return path
+
+
+@pytest.mark.slow
+def test_slots_count_what_the_cluster_may_grow_to_not_its_present_size(make_cluster, tmp_path, monkeypatch):
+    from oracle_search import engine
+
+    cluster = make_cluster(0)  # a fresh cluster.yaml cluster: a head with no CPUs and no workers yet
+
+    def slots(per: int = 1, **resources) -> int:
+        spec = dataclasses.replace(TINY, resources=Resources(**resources))
+        return Runner(out=tmp_path / "out", spec=spec, experiment="slots", address=cluster.address).slots(per)
+
+    monkeypatch.setattr(engine, "AUTOSCALER_CONFIG", tmp_path / "none.yaml")
+    assert slots() == 1
+    assert slots(max_concurrent=6) == 6 and slots(2, max_concurrent=6) == 3  # --max-concurrent raises it
+    monkeypatch.setattr(engine, "AUTOSCALER_CONFIG", bootstrap_config(tmp_path / "boot.yaml", 4, 3))
+    assert slots() == 12 and slots(cpus_per_trial=2) == 6 and slots(gpus_per_trial=0.5) == 6
+    cluster.add_node(num_cpus=8)
+    cluster.add_node(num_cpus=8)
+    cluster.wait_for_nodes()
+    assert slots() == 16  # now larger than the autoscaler's ceiling: the present size counts
+    monkeypatch.setattr(engine, "AUTOSCALER_CONFIG", tmp_path / "none.yaml")
+    assert slots(cpus_per_trial=4) == 4

@@ -91,7 +91,8 @@ def test_trials_of_a_lost_node_are_retried_elsewhere(cluster, tmp_path):
 # --- the driver killed, a checkpoint corrupted (through the command line) ----------------------------------------
 
 def oracle(out: Path, grid: str = "0.03,0.1,0.3,1.0") -> list[str]:
-    return ["oracle", "--preset", "tiny", "--cycles", "1", "--grid", grid, "--cpus-per-trial", "1", "--out", str(out)]
+    return ["oracle", "--preset", "tiny", "--cycles", "1", "--grid", grid, "--seeds", "1", "--refine", "0",
+            "--cpus-per-trial", "1", "--out", str(out)]
 
 
 def kill_session(sid: int) -> None:
@@ -188,3 +189,52 @@ def test_a_corrupt_checkpoint_behind_a_uri_is_named_by_its_uri(tmp_path):
         with pytest.raises(RunFailed, match=re.escape(f"(first: c1: trainables.checkpoints.CheckpointError: {uri}: ")
                            + ".*content hash mismatch"):
             runner.run([Trial("c1", spec, cycle=1, max_lr=0.1, seed=0, start_checkpoint=uri)])
+
+
+# --- the driver interrupted (Ctrl-C, SIGTERM) ----------------------------------------------------------------------
+
+def interrupt(args: list[str], pattern: str, sig: signal.Signals) -> tuple[int, str, float]:
+    """Run the CLI, send `sig` when a stdout line matches `pattern`; its exit code, stderr, and seconds to exit."""
+    proc = subprocess.Popen([CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if re.search(pattern, line):
+                break
+        proc.send_signal(sig)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        return proc.returncode, err, time.monotonic() - sent
+    finally:
+        kill_session(proc.pid)
+
+
+def interrupted_line(sig: signal.Signals) -> str:
+    return f"oracle-search: interrupted by {sig.name}; finished trials are kept, rerun the same command to resume"
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_cycle_stops_the_trials_exits_130_and_a_rerun_completes_the_table(tmp_path):
+    out = tmp_path / "out"
+    args = oracle(out)
+    # The first finished trial of cycle 1: two more of the cycle run or wait (2 CPUs, 4 max_lr).
+    code, err, took = interrupt(args, r"cycle 1 seed 0 max_lr .*: val", signal.SIGINT)
+    assert code == 130, err
+    assert took < 30 and err.strip().splitlines()[-1] == interrupted_line(signal.SIGINT)
+    before = ledger_ids(out)
+    assert 1 <= len([k for k in before if k.startswith("oracle-c01-")]) < 4  # not every trial was handed out
+
+    done = run(args)
+    assert done.returncode == 0, done.stderr
+    after = ledger_ids(out)
+    assert len(after) == 8 and {k: after[k] for k in before} == before  # finished trials were not retrained
+    assert (out / "results.csv").read_text().count("\n") == 9
+
+
+@pytest.mark.slow
+def test_sigterm_ends_a_run_like_ctrl_c_with_exit_143(tmp_path):
+    """Ray's own SIGTERM handler (set by ray.init) would exit 15 without stopping anything."""
+    code, err, took = interrupt(oracle(tmp_path / "out"), r"cycle 0 seed 0 max_lr .*: val", signal.SIGTERM)
+    assert code == 143, err
+    assert took < 30 and err.strip().splitlines()[-1] == interrupted_line(signal.SIGTERM)
+    assert 1 <= len(ledger_ids(tmp_path / "out")) < 8

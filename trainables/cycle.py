@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -154,8 +155,11 @@ def _prepare(spec: ExperimentSpec, cycle: int, seed: int, start_checkpoint: str 
 
 
 def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: int,
-              start_checkpoint: str | None = None, checkpoint_dir: str | Path | None = None) -> CycleResult:
-    """Run pruning cycle `cycle` (0 = dense training) at peak LR `max_lr` (SILO derives its own)."""
+              start_checkpoint: str | None = None, checkpoint_dir: str | Path | None = None,
+              on_epoch: Callable[[dict], None] | None = None) -> CycleResult:
+    """Run pruning cycle `cycle` (0 = dense training) at peak LR `max_lr` (SILO derives its own).
+
+    `on_epoch`, if given, receives {epoch, val_acc, train_loss, lr} after every finished epoch."""
     started = time.perf_counter()
     device = resolve_device(spec.device)
     data = load_data(spec).to(device)
@@ -202,6 +206,8 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
             best_state = _state_copy(model)
         if cycle == 0 and spec.weights == "rewind" and epoch == spec.rewind_epoch:
             rewind = _state_copy(model)
+        if on_epoch is not None:
+            on_epoch({"epoch": epoch, "val_acc": val, "train_loss": float(epoch_loss) / steps_per_epoch, "lr": lr})
 
     if best_epoch == 0:  # diverged before a single finite epoch: report where it started
         model.load_state_dict(best_state)

@@ -1,0 +1,58 @@
+"""report.html in a real browser: headless Chromium (scripts/render_report.sh installs Debian's package when it
+is missing) loads every image, finds no broken link, and writes a screenshot."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from analysis.report import write_report
+from oracle_search.schema import write_results
+from test_analysis_report import SPEC, realistic  # the hand-made, realistic results table
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "render_report.sh"
+NO_BROWSER = 3  # the script's exit status when it has neither Chromium nor apt-get
+
+
+def render(run: Path, png: Path) -> tuple[int, dict | None, str]:
+    done = subprocess.run(["bash", str(SCRIPT), str(run), str(png)], capture_output=True, text=True, timeout=600)
+    if done.returncode == NO_BROWSER:
+        pytest.skip(f"no Chromium and no apt-get to install it: {done.stderr.strip()}")
+    last = done.stdout.strip().splitlines()[-1:] or [""]
+    return done.returncode, json.loads(last[0]) if last[0].startswith("{") else None, done.stderr
+
+
+@pytest.mark.slow
+def test_the_report_renders_in_chromium_with_every_image_and_link_whole(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    write_results(run, realistic())
+    (run / "spec.json").write_text(json.dumps(SPEC))
+    figures = [p for p in write_report(run) if p.startswith("figures/")]
+
+    code, seen, err = render(run, tmp_path / "shots" / "report.png")
+    assert code == 0, err
+    assert seen == {"images": len(figures), "broken_images": [], "links": seen["links"], "broken_links": []}
+    assert seen["images"] >= 3
+    shot = np.asarray(Image.open(tmp_path / "shots" / "report.png").convert("RGB"))
+    assert shot.shape == (2400, 1280, 3)
+    assert (shot < 200).any(axis=2).mean() > 0.02  # text, tables and plots drawn, not a blank page
+    assert len(np.unique(shot.reshape(-1, 3), axis=0)) > 100  # the figures' colours are there
+
+    # The same check catches a broken image, a dangling anchor, a missing file and a network link.
+    broken = tmp_path / "broken"
+    shutil.copytree(run, broken)
+    page = (broken / "report.html").read_text()
+    page = page.replace("</body>", '<img alt="x" src="data:image/png;base64,AAAA"><a href="#nowhere">a</a>'
+                        '<a href="figures/missing.png">b</a><a href="https://example.org/">c</a></body>')
+    (broken / "report.html").write_text(page)
+    code, seen, _ = render(broken, tmp_path / "broken.png")
+    assert code == 1
+    assert seen["images"] == len(figures) + 1 and len(seen["broken_images"]) == 1
+    assert seen["broken_links"] == ["#nowhere", "figures/missing.png", "https://example.org/"]
+    assert (tmp_path / "broken.png").stat().st_size > 10_000
