@@ -163,6 +163,9 @@ def test_an_option_of_the_wrong_type_fails_as_the_flag_would(tmp_path, capsys):
     assert main(["oracle", "--config", str(path), "--out", str(tmp_path / "out"), "--print-config"]) == 2
     assert "argument --seeds: invalid int value: 'two'" in capsys.readouterr().err
     assert main(["oracle", "--config", str(path), "--seeds", "2", "--print-config"]) == 0  # the flag wins
+    listed = write(tmp_path, '[options]\ncallback = ["no-such-tracker"]\n')  # a repeatable option: a list
+    assert main(["oracle", "--config", str(listed), "--print-config"]) == 2
+    assert "options.callback: unknown 'no-such-tracker'" in capsys.readouterr().err
 
 
 def test_print_config_prints_no_password(tmp_path, capsys):
