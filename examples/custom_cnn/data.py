@@ -27,7 +27,7 @@ def _image(label: int, rng: np.random.Generator) -> np.ndarray:
     else:
         img[r, c:c + length] = img[r + length - 1, c:c + length] = 1
         img[r:r + length, c] = img[r:r + length, c + length - 1] = 1
-    return img + rng.normal(0, 0.35, img.shape).astype(np.float32)
+    return img + rng.normal(0, 0.55, img.shape).astype(np.float32)
 
 
 def bars(spec) -> TensorData:
