@@ -6,8 +6,6 @@ import dataclasses
 import hashlib
 import json
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +18,7 @@ from trainables.data import DATASETS, load_data
 from trainables.models import MODELS, build_model
 from trainables.pruning import PRUNERS, full_masks, prune, prunable
 from trainables.presets import PRESETS
-from trainables.spec import ExperimentSpec, SpecError
+from trainables.spec import SpecError
 
 TINY = PRESETS["tiny"].spec
 

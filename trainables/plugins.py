@@ -3,8 +3,8 @@
 An import path names the user's own code with the registry's signature: a model builder
 `(input_shape, num_classes) -> nn.Module`, a dataset `(spec) -> TensorData` (it makes its own train/val/test
 split), a pruner score function `(model, masks, batches) -> {parameter name: scores}` (global selection; it gets
-the trial seed if it takes a `seed` keyword) or a `trainables.pruning.Pruner` (its own selection, e.g. per layer). Resolution fails with a `SpecError` naming the
-field, so bad input exits 2 before anything starts.
+the trial seed if it takes a `seed` keyword) or a `trainables.pruning.Pruner` (its own selection, e.g. per
+layer). Resolution fails with a `SpecError` naming the field, so bad input exits 2 before anything starts.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import functools
 import hashlib
 import importlib
 import inspect
+import json
 import os
 import sys
 import sysconfig
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
+
+from trainables.spec import SpecError
 
 if TYPE_CHECKING:
     from trainables.spec import ExperimentSpec
@@ -63,8 +66,6 @@ def is_import_path(name: str) -> bool:
 
 def resolve(kind: str, name: str) -> Any:
     """The registry entry `name` of `kind` ("model", "dataset" or "pruner"), or the object its import path names."""
-    from trainables.spec import SpecError
-
     if is_import_path(name):
         return _imported(kind, name)
     registry = KINDS[kind].registry()
@@ -75,8 +76,6 @@ def resolve(kind: str, name: str) -> Any:
 
 
 def _import_module(kind: str, path: str) -> tuple[ModuleType, str]:
-    from trainables.spec import SpecError
-
     module_name, _, attr = path.partition(":")
     if not module_name or not attr or ":" in attr:
         raise SpecError(kind, f"{path!r} is not an import path package.module:callable")
@@ -94,7 +93,6 @@ def _import_module(kind: str, path: str) -> tuple[ModuleType, str]:
 @functools.lru_cache(maxsize=None)
 def _imported(kind: str, path: str) -> Any:
     from trainables.pruning import Pruner, select_global
-    from trainables.spec import SpecError
 
     module, attr = _import_module(kind, path)
     obj: Any = module
@@ -114,8 +112,6 @@ def _imported(kind: str, path: str) -> Any:
 
 
 def _check_signature(kind: str, path: str, obj: Any) -> None:
-    from trainables.spec import SpecError
-
     params = KINDS[kind].params
     if not callable(obj):
         raise SpecError(kind, f"{path!r} is a {type(obj).__name__}, not a callable ({', '.join(params)})")
@@ -199,8 +195,6 @@ def _installed(location: Path) -> bool:
 
 def shipped_module(kind: str, name: str) -> str | None:
     """The folder (a package) or file (a single module) Ray must ship to the workers for import path `name`."""
-    from trainables.spec import SpecError
-
     if not is_import_path(name):
         return None
     top = name.partition(":")[0].split(".")[0]
@@ -229,10 +223,6 @@ SOURCES_FILE = "sources.json"
 def record_sources(out: Path, spec: "ExperimentSpec") -> None:
     """Part of a run's identity in `out`: the import paths' module hashes. A rerun whose code changed since is
     refused (SpecError naming the field) instead of reusing trials trained with the old code."""
-    import json
-
-    from trainables.spec import SpecError
-
     path = out / SOURCES_FILE
     sources = spec_sources(spec)
     if path.exists():
