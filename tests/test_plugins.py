@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -210,3 +213,16 @@ def test_runtime_env_ships_a_package_folder(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     spec = dataclasses.replace(TINY, model="userpkg_ship.nets:net")
     assert plugins.runtime_env(spec) == {"py_modules": [str(package)]}
+
+
+def test_the_console_script_finds_a_module_in_the_folder_it_runs_in(tmp_path):
+    """`oracle-search` (a console script) has no working directory on sys.path, unlike `python -m`."""
+    (tmp_path / "here_user_net.py").write_text(USER_MODULE)
+    root = str(Path(__file__).resolve().parent.parent)
+    script = ("import sys; sys.path.remove(''); from oracle_search.cli import main; "
+              "sys.exit(main(['cycle', '--preset', 'tiny', '--model', 'here_user_net:wide', '--epochs', '1', "
+              "'--max-lr', '0.1', '--cycle', '0', '--out', 'out', '--json']))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=root), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["epochs"] == 1
