@@ -228,7 +228,7 @@ def cmd_oracle(args: argparse.Namespace) -> int:
     options = _oracle_options(args)
     pipeline.check_counts(seeds=(options.seeds, 1), refine=(options.refine, 0))
     check_inputs(args, spec)
-    outcomes = pipeline.oracle(spec, Path(args.out), options, args.address)
+    outcomes = pipeline.oracle(spec, Path(args.out), options, args.address, args.callback)
     print("\nOracle table\n" + oracle_table(outcomes))
     print(f"\nresults: {Path(args.out) / 'results.parquet'} (and results.csv)")
     return 0
@@ -263,7 +263,7 @@ def cmd_fit_silo(args: argparse.Namespace) -> int:
     options = _fit_options(args, spec)
     pipeline.check_counts(trials=(options.trials, 1), fit_seeds=(options.seeds, 1))
     check_inputs(args, spec)
-    study = pipeline.fit_silo(spec, Path(args.out), options, args.address)
+    study = pipeline.fit_silo(spec, Path(args.out), options, args.address, args.callback)
     best_params(study)  # FitFailed (exit 1) when every trial diverged or stopped early
     return 0
 
@@ -275,7 +275,7 @@ def cmd_baselines(args: argparse.Namespace) -> int:
     options = dataclasses.replace(_compare_options(args, spec), silo_fit=True)  # silo_fit if a study finished
     pipeline.check_counts(seeds=(options.oracle.seeds, 1), eval_seeds=(options.eval_seeds, 2))
     check_inputs(args, spec)
-    peaks = pipeline.baselines(spec, Path(args.out), options, args.address)
+    peaks = pipeline.baselines(spec, Path(args.out), options, args.address, args.callback)
     print("tuned peaks: " + ", ".join(f"{k} {v:.4g}" for k, v in peaks.items()))
     return 0
 
@@ -291,7 +291,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.trials < 0:
         raise SpecError("trials", f"must be >= 0, got {args.trials}")
     check_inputs(args, spec)
-    result = pipeline.compare(spec, Path(args.out), options, args.address)
+    result = pipeline.compare(spec, Path(args.out), options, args.address, args.callback)
     out = Path(args.out)
     print(f"\nreport: {out / 'report.md'} and {result.report}")
     print(f"results: {out / 'results.parquet'} (and results.csv), {len(result.results)} rows")
