@@ -199,7 +199,7 @@ def _silo_fields(spec: ExperimentSpec) -> dict[str, float]:
 def _oracle_options(args: argparse.Namespace):
     from oracle_search.pipeline import OracleOptions
 
-    return OracleOptions(seeds=args.seeds, refine=args.refine, bracket=not args.no_bracket)
+    return OracleOptions(seeds=args.seeds, refine=args.refine, bracket=not args.no_bracket, fuse=args.fuse)
 
 
 def _fit_options(args: argparse.Namespace, spec: ExperimentSpec):
@@ -226,7 +226,7 @@ def cmd_oracle(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     options = _oracle_options(args)
-    pipeline.check_counts(seeds=(options.seeds, 1), refine=(options.refine, 0))
+    pipeline.check_counts(seeds=(options.seeds, 1), refine=(options.refine, 0), fuse=(options.fuse, 0))
     check_inputs(args, spec)
     outcomes = pipeline.oracle(spec, Path(args.out), options, args.address, args.callback)
     print("\nOracle table\n" + oracle_table(outcomes))
@@ -332,6 +332,8 @@ def build_parser() -> Parser:
                        "intervals' edges (default 3; 0: the grid or bracket only)")
         o.add_argument("--no-bracket", action="store_true", help="train the whole grid at every cycle, not a "
                        "bracket around the previous choice")
+        o.add_argument("--fuse", type=int, default=0, help="max_lr candidates of one (seed, cycle) trained as one "
+                       "fused network per trial (default 0: all of them with --gpus-per-trial, else 1)")
 
     def fit_options(c: argparse.ArgumentParser, trials: int) -> None:
         f = c.add_argument_group("SILO fitter")
@@ -392,6 +394,7 @@ def build_parser() -> Parser:
     fit_options(c, 0)
     c.add_argument("--refine", type=int, default=3, help=argparse.SUPPRESS)
     c.add_argument("--no-bracket", action="store_true", help=argparse.SUPPRESS)
+    c.add_argument("--fuse", type=int, default=0, help=argparse.SUPPRESS)
     c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
     c.set_defaults(run=cmd_baselines)
 
