@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import figures, render
+from analysis.study_figures import study_figures
 from analysis.files import read_results, read_spec, write_atomic
 from analysis.intervals import oracle_intervals, seed_intervals
 from analysis.select import densities, pruning_rate, silo_methods, silo_params
@@ -212,6 +213,8 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE) -> dict[str, Pa
                     _accuracy_section(df), _cost_section(df), _statistics_section(df)]
     if not df.empty and (note := _silo_fit_note(out_dir)) is not None:
         sections[0].notes.append(note)
+    if not df.empty and (plots := [Plot(n, c, png) for n, c, png in study_figures(out_dir)]):
+        sections.append(Section("The silo_fit study (Optuna)", plots=plots))
     title = "Oracle search report" + ("" if df.empty else f": {df['experiment'].iloc[0]}")
     written: dict[str, Path] = {}
     for s in sections:

@@ -206,7 +206,7 @@ def _silo_fields(spec: ExperimentSpec) -> dict[str, float]:
 def _oracle_options(args: argparse.Namespace):
     from oracle_search.pipeline import OracleOptions
 
-    return OracleOptions(seeds=args.seeds, refine=args.refine, bracket=not args.no_bracket)
+    return OracleOptions(seeds=args.seeds, refine=args.refine, bracket=not args.no_bracket, fuse=args.fuse)
 
 
 def _fit_options(args: argparse.Namespace, spec: ExperimentSpec):
@@ -233,9 +233,9 @@ def cmd_oracle(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     options = _oracle_options(args)
-    pipeline.check_counts(seeds=(options.seeds, 1), refine=(options.refine, 0))
+    pipeline.check_counts(seeds=(options.seeds, 1), refine=(options.refine, 0), fuse=(options.fuse, 0))
     check_inputs(args, spec)
-    outcomes = pipeline.oracle(spec, Path(args.out), options, args.address)
+    outcomes = pipeline.oracle(spec, Path(args.out), options, args.address, args.callback)
     print("\nOracle table\n" + oracle_table(outcomes))
     print(f"\nresults: {Path(args.out) / 'results.parquet'} (and results.csv)")
     return 0
@@ -270,7 +270,7 @@ def cmd_fit_silo(args: argparse.Namespace) -> int:
     options = _fit_options(args, spec)
     pipeline.check_counts(trials=(options.trials, 1), fit_seeds=(options.seeds, 1))
     check_inputs(args, spec)
-    study = pipeline.fit_silo(spec, Path(args.out), options, args.address)
+    study = pipeline.fit_silo(spec, Path(args.out), options, args.address, args.callback)
     best_params(study)  # FitFailed (exit 1) when every trial diverged or stopped early
     return 0
 
@@ -282,7 +282,7 @@ def cmd_baselines(args: argparse.Namespace) -> int:
     options = dataclasses.replace(_compare_options(args, spec), silo_fit=True)  # silo_fit if a study finished
     pipeline.check_counts(seeds=(options.oracle.seeds, 1), eval_seeds=(options.eval_seeds, 2))
     check_inputs(args, spec)
-    peaks = pipeline.baselines(spec, Path(args.out), options, args.address)
+    peaks = pipeline.baselines(spec, Path(args.out), options, args.address, args.callback)
     print("tuned peaks: " + ", ".join(f"{k} {v:.4g}" for k, v in peaks.items()))
     return 0
 
@@ -298,7 +298,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.trials < 0:
         raise SpecError("trials", f"must be >= 0, got {args.trials}")
     check_inputs(args, spec)
-    result = pipeline.compare(spec, Path(args.out), options, args.address)
+    result = pipeline.compare(spec, Path(args.out), options, args.address, args.callback)
     out = Path(args.out)
     print(f"\nreport: {out / 'report.md'} and {result.report}")
     print(f"results: {out / 'results.parquet'} (and results.csv), {len(result.results)} rows")
@@ -339,6 +339,8 @@ def build_parser() -> Parser:
                        "intervals' edges (default 3; 0: the grid or bracket only)")
         o.add_argument("--no-bracket", action="store_true", help="train the whole grid at every cycle, not a "
                        "bracket around the previous choice")
+        o.add_argument("--fuse", type=int, default=0, help="max_lr candidates of one (seed, cycle) trained as one "
+                       "fused network per trial (default 0: all of them with --gpus-per-trial, else 1)")
 
     def fit_options(c: argparse.ArgumentParser, trials: int) -> None:
         f = c.add_argument_group("SILO fitter")
@@ -399,6 +401,7 @@ def build_parser() -> Parser:
     fit_options(c, 0)
     c.add_argument("--refine", type=int, default=3, help=argparse.SUPPRESS)
     c.add_argument("--no-bracket", action="store_true", help=argparse.SUPPRESS)
+    c.add_argument("--fuse", type=int, default=0, help=argparse.SUPPRESS)
     c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
     c.set_defaults(run=cmd_baselines)
 

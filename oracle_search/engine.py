@@ -25,7 +25,7 @@ from oracle_search.progress import Progress
 from oracle_search.schema import atomic_write_json, write_results
 from trainables.plugins import record_sources, runtime_env
 from trainables.spec import ExperimentSpec
-from trainables.tune_adapter import cycle_trainable
+from trainables.tune_adapter import any_cycle_trainable
 
 ROW_METRICS = ("cycle", "seed", "max_lr", "density", "val_acc", "test_acc", "best_epoch", "epochs", "seconds",
                "device", "diverged", "grad_std", "act_std", "grad_hist", "act_hist", "checkpoint_hash",
@@ -335,9 +335,10 @@ class Runner:
     spec: ExperimentSpec
     experiment: str
     address: str | None = None
-    trainable: Callable[[dict], None] = cycle_trainable
+    trainable: Callable[[dict], None] = any_cycle_trainable
     max_failures: int = 2
     progress: Progress = field(default_factory=Progress)
+    fuse: int = 1  # most max_lr candidates of one (seed, cycle) trained as one fused network per Tune trial
     callbacks: tuple[tune.Callback, ...] = ()  # more Tune callbacks, e.g. oracle_search.callbacks.logger_callbacks
 
     def __post_init__(self) -> None:
@@ -380,14 +381,15 @@ class Runner:
         if todo:
             self._start()
             self._by_key.update({t.key: t for t in todo})
-            self._queue.put([t.config() for t in todo])
-            keys = {t.key for t in todo}
+            configs = self._configs(todo)
+            self._queue.put(configs)
+            waiting = {c["key"] for c in configs}  # a fused trial's key stands for its candidates
             with self._done:
-                while not keys <= (self._finished.keys() | self._failed):
+                while not waiting <= (self._finished.keys() | self._failed):
                     if not self._thread.is_alive():
                         break
                     self._done.wait(timeout=1.0)
-            rows.update({k: self._finished[k] for k in keys if k in self._finished})
+            rows.update({t.key: self._finished[t.key] for t in todo if t.key in self._finished})
         if twins:
             rows |= self._reuse(twins)
         missing = [t.key for t in trials if t.key not in rows]
@@ -397,6 +399,30 @@ class Runner:
             raise RunFailed(f"{len(missing)} trial(s) failed after {self.max_failures} retries{cause} "
                             f"(first: {first}); finished trials are kept, rerun the command to resume")
         return rows
+
+    def _configs(self, trials: list[Trial]) -> list[dict]:
+        """Tune trial configs: trials of one (spec, cycle, seed, start) that differ only in max_lr go together, up
+        to `fuse` per Tune trial, as one fused network (`trainables.fused`); the rest one per Tune trial."""
+        if self.fuse <= 1:
+            return [t.config() for t in trials]
+        groups: dict[tuple, list[Trial]] = {}
+        configs = []
+        for t in trials:
+            if t.max_lr is None or t.spec.schedule.name == "silo":
+                configs.append(t.config())
+            else:
+                groups.setdefault((t.spec, t.cycle, t.seed, t.start_checkpoint), []).append(t)
+        for group in groups.values():
+            for i in range(0, len(group), self.fuse):
+                chunk = group[i:i + self.fuse]
+                if len(chunk) == 1:
+                    configs.append(chunk[0].config())
+                    continue
+                key = f"{chunk[0].key}-fused{len(chunk)}"
+                self._by_key[key] = chunk[0]
+                configs.append(chunk[0].config() | {"key": key, "max_lr": None, "max_lrs": [t.max_lr for t in chunk],
+                                                    "keys": [t.key for t in chunk]})
+        return configs
 
     def _reuse(self, trials: list[Trial]) -> dict[str, dict]:
         if not any(t.tags.get("training") for t in trials):

@@ -25,6 +25,7 @@ class OracleOptions:
     seeds: int = 3  # tuning seeds: every value is trained on each
     refine: int = 3  # most refinement rounds per cycle (0: the coarse grid or bracket only)
     bracket: bool = True  # after cycle 0, start from the grid values near the previous choice
+    fuse: int = 0  # max_lr candidates per Tune trial, trained as one fused network; 0: all on GPUs, 1 on CPUs
 
 
 @dataclass(frozen=True)
@@ -116,11 +117,23 @@ def reject_silo_schedule(spec: ExperimentSpec) -> None:
                         "own); use another schedule, e.g. warmup, SILO's shape")
 
 
-def _runner(spec: ExperimentSpec, out: Path, address: str | None):
+ALL = 64  # "every candidate of a (seed, cycle)": more values than any cycle trains
+
+
+def fuse_size(spec: ExperimentSpec, fuse: int) -> int:
+    """Candidates per fused trial: as asked, else all of a (seed, cycle) on GPUs and 1 on CPUs (a CPU step is
+    compute-bound: 8 batched MLPs ran only 1.0-1.1x faster than 8 separate runs here)."""
+    return fuse or (ALL if spec.resources.gpus_per_trial > 0 else 1)
+
+
+def _runner(spec: ExperimentSpec, out: Path, address: str | None, callbacks: list[str] | None = None,
+            fuse: int = 1):
+    from oracle_search.callbacks import logger_callbacks
     from oracle_search.engine import Runner
 
     prepare_out(out, spec)
-    return Runner(out=out, spec=spec, experiment=spec.preset, address=address)
+    return Runner(out=out, spec=spec, experiment=spec.preset, address=address,
+                  callbacks=logger_callbacks(callbacks, out, spec.preset), fuse=fuse)
 
 
 def _oracle(runner, options: OracleOptions):
@@ -131,11 +144,11 @@ def _oracle(runner, options: OracleOptions):
 
 
 def oracle(spec: ExperimentSpec, out: Path, options: OracleOptions = OracleOptions(),
-           address: str | None = None) -> list:
+           address: str | None = None, callbacks: list[str] | None = None) -> list:
     """Run (or resume) the Oracle; returns one `oracle.CycleOutcome` per cycle."""
-    check_counts(seeds=(options.seeds, 1), refine=(options.refine, 0))
+    check_counts(seeds=(options.seeds, 1), refine=(options.refine, 0), fuse=(options.fuse, 0))
     reject_silo_schedule(spec)
-    with _runner(spec, Path(out), address) as runner:
+    with _runner(spec, Path(out), address, callbacks, fuse_size(spec, options.fuse)) as runner:
         return _oracle(runner, options)
 
 
@@ -171,10 +184,11 @@ def _fitted(study):
         return None
 
 
-def fit_silo(spec: ExperimentSpec, out: Path, options: FitOptions = FitOptions(), address: str | None = None):
+def fit_silo(spec: ExperimentSpec, out: Path, options: FitOptions = FitOptions(), address: str | None = None,
+             callbacks: list[str] | None = None):
     """Run (or extend) the silo_fit study; returns the Optuna study."""
     check_counts(trials=(options.trials, 1), seeds=(options.seeds, 1))
-    with _runner(spec, Path(out), address) as runner:
+    with _runner(spec, Path(out), address, callbacks) as runner:
         study = _fit(runner, options)
         runner.write_results()
     return study
@@ -199,14 +213,14 @@ def _silo_variants(runner, options: CompareOptions, study) -> dict:
 
 
 def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOptions(),
-              address: str | None = None) -> dict[str, float]:
+              address: str | None = None, callbacks: list[str] | None = None) -> dict[str, float]:
     """Tune the benchmark schedules on the tuning seeds, then run them, silo_paper (if an Oracle ran here) and
     silo_fit (if a study finished here) on the evaluation seeds. Returns the tuned peaks."""
     from oracle_search import fitter
     from oracle_search.baselines import run_baselines
 
     check_counts(seeds=(options.oracle.seeds, 1), eval_seeds=(options.eval_seeds, 2))
-    with _runner(spec, Path(out), address) as runner:
+    with _runner(spec, Path(out), address, callbacks) as runner:
         target = spec.cycles if options.fit.target_cycle is None else options.fit.target_cycle
         study = (fitter.open_study(runner.out, spec, options.fit.storage, tuning_seeds(spec, options.fit.seeds),
                                    target) if options.silo_fit else None)
@@ -217,7 +231,7 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
 
 
 def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOptions(),
-            address: str | None = None) -> CompareResult:
+            address: str | None = None, callbacks: list[str] | None = None) -> CompareResult:
     """The main job: Oracle, silo_paper, silo_fit, the baselines' tuning, every method's final runs on held-out
     seeds, and the report; one resumable run on one folder."""
     from oracle_search.baselines import run_baselines
@@ -226,7 +240,7 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
                  trials=(options.fit.trials, 1 if options.silo_fit else 0), eval_seeds=(options.eval_seeds, 2))
     reject_silo_schedule(spec)
     out = Path(out)
-    with _runner(spec, out, address) as runner:
+    with _runner(spec, out, address, callbacks, fuse_size(spec, options.oracle.fuse)) as runner:
         say = runner.progress.say
         tune, evaluate = tuning_seeds(spec, options.oracle.seeds), evaluation_seeds(spec, options.eval_seeds)
         say(f"compare: {spec.preset}, {spec.cycles + 1} cycles, tuning seeds {tune}, evaluation seeds {evaluate} "

@@ -202,3 +202,22 @@ def test_a_rerun_with_other_options_never_reuses_trials_of_another_chain(ray_loc
     # every earlier row is still in the table; rows trained from an abandoned chain are never selected
     assert set(first["key"]) <= set(table["key"])
     assert not cycle1[cycle1["start_hash"] != chosen0]["selected"].any()
+
+
+@pytest.mark.slow
+def test_fused_oracle_trains_each_cycles_values_as_one_trial_and_chooses_as_separate_runs(ray_local, tmp_path):
+    args = ["oracle", "--preset", "tiny", "--grid", "0.01,0.03,0.1", "--seeds", "2", "--refine", "0",
+            "--no-bracket"]
+    assert cli.main([*args, "--fuse", "3", "--out", str(tmp_path / "fused")]) == 0
+    assert cli.main([*args, "--fuse", "1", "--out", str(tmp_path / "separate")]) == 0
+    fused, separate = read_results(tmp_path / "fused"), read_results(tmp_path / "separate")
+    assert (fused["fused"] == 3).all() and (separate["fused"] == 1).all()
+    # one Tune trial per (seed, cycle), its candidates chained from their own checkpoint subfolders
+    assert fused.groupby(["seed", "cycle"])["trial_id"].nunique().eq(1).all()
+    check_selection_and_chain(fused)
+    chosen = {name: t[t["selected"]].groupby("cycle")["max_lr"].first().tolist()
+              for name, t in (("fused", fused), ("separate", separate))}
+    assert chosen["fused"] == chosen["separate"]
+    merged = science(fused).merge(science(separate), on=["seed", "cycle", "max_lr"], suffixes=("_f", "_s"))
+    assert len(merged) == len(fused) == len(separate)
+    assert (merged["val_acc_f"] - merged["val_acc_s"]).abs().max() < 1.0  # float rounding only

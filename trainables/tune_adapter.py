@@ -119,3 +119,8 @@ def fused_cycle_trainable(config: dict[str, Any]) -> None:
         tune.report({"fused_rows": rows, "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                      "node_id": ray.get_runtime_context().get_node_id()},
                     checkpoint=tune.Checkpoint.from_directory(root))
+
+
+def any_cycle_trainable(config: dict[str, Any]) -> None:
+    """The engine's trainable: a fused trial when the config names several max_lrs, else one cycle."""
+    (fused_cycle_trainable if "max_lrs" in config else cycle_trainable)(config)
