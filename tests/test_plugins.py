@@ -174,9 +174,11 @@ def test_fingerprint_holds_the_import_path_and_the_module_files_hash(user_module
     before = spec.chain_fingerprint()
     assert before != TINY.chain_fingerprint()
     assert dataclasses.replace(TINY, model=f"{user_module}:wide").chain_fingerprint() == before  # deterministic
+    training = spec.training_fingerprint()
     path = plugins.source_file(spec.model)
     path.write_text(path.read_text() + "\n# edited\n")
     assert spec.chain_fingerprint() != before  # same import path, other code: another chain
+    assert spec.training_fingerprint() != training  # and never a reused training
 
 
 def test_a_rerun_on_the_same_out_with_edited_code_is_refused(tmp_path, user_module):

@@ -96,13 +96,9 @@ class ExperimentSpec:
     def chain_fingerprint(self) -> str:
         """What a chained checkpoint must agree on: the network, the data and the pruning (for an import path,
         also its module file's hash)."""
-        from trainables.plugins import spec_sources
-
         keys = ("model", "dataset", "pruner", "rate", "prune_output", "weights", "rewind_epoch", "val_fraction",
                 "test_fraction", "num_samples", "split_seed")
-        fields: dict[str, Any] = {k: getattr(self, k) for k in keys}
-        fields |= {f"{kind}_sha256": source["sha256"] for kind, source in spec_sources(self).items()}
-        blob = json.dumps(fields, sort_keys=True)
+        blob = json.dumps({k: getattr(self, k) for k in keys} | self._source_hashes(), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def training_fingerprint(self) -> str:
@@ -115,7 +111,13 @@ class ExperimentSpec:
         if d["schedule"]["name"] == "silo":
             d["schedule"]["name"] = "warmup"
         d["schedule"].pop("silo")
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(d | self._source_hashes(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def _source_hashes(self) -> dict[str, str | None]:
+        """The module file hash of each import-path field (none for registry names: their fingerprints stay)."""
+        from trainables.plugins import spec_sources
+
+        return {f"{kind}_sha256": source["sha256"] for kind, source in spec_sources(self).items()}
 
     def with_schedule(self, **changes: Any) -> "ExperimentSpec":
         return dataclasses.replace(self, schedule=dataclasses.replace(self.schedule, **changes))
