@@ -14,12 +14,10 @@ import numpy as np
 
 from oracle_search.config import SPEC_KEY, base_spec, dump, options, parse_args
 from oracle_search.config import add_options as add_config_options
-from trainables.checkpoints import CheckpointError
-from trainables.data import DataError
-from trainables.plugins import runtime_env
+from trainables.errors import CheckpointError, DataError
 from trainables.presets import DEFAULT_PRESET, PRESETS
 from trainables.schedules import SCHEDULE_NAMES, SiloParams, silo_max_lr
-from trainables.spec import ExperimentSpec, Resources, SpecError, validate_silo
+from trainables.spec import ExperimentSpec, Resources, SpecError, check_names, validate_silo
 
 EXIT_INVALID, EXIT_FAILED = 2, 1
 
@@ -107,7 +105,7 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
         changes["resources"] = dataclasses.replace(spec.resources, **res)
     if getattr(args, "grid", None):  # validated here, so a bad grid never reaches a run
         changes["grid"] = parse_grid(args.grid)
-    return dataclasses.replace(spec, **changes)
+    return check_names(dataclasses.replace(spec, **changes))
 
 
 def parse_grid(text: str) -> tuple[float, ...]:
@@ -130,7 +128,6 @@ def parse_grid(text: str) -> tuple[float, ...]:
 def check_inputs(args: argparse.Namespace, spec: ExperimentSpec) -> None:
     from oracle_search.pipeline import check_inputs as check
 
-    runtime_env(spec)  # the import paths' modules can be shipped to Ray workers
     check(spec, address=getattr(args, "address", None), study_storage=getattr(args, "study_storage", None))
 
 

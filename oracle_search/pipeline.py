@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from oracle_search.schema import SILO_METHODS, Method, atomic_write_json, read_results
-from trainables.spec import ExperimentSpec, Resources, SpecError
+from trainables.spec import ExperimentSpec, Resources, SpecError, check_names
 
 EVAL_SEED_OFFSET = 1000
 
@@ -86,8 +86,11 @@ def check_inputs(spec: ExperimentSpec, *, address: str | None = None, study_stor
     """Everything that can be checked before a run starts: the data loads, a local machine can hold one trial,
     the study storage opens. A failure is invalid input (SpecError), with nothing written."""
     from trainables.data import load_data
+    from trainables.plugins import runtime_env
 
+    check_names(spec)
     load_data(spec)
+    runtime_env(spec)  # the import paths' modules can be shipped to Ray workers
     res = spec.resources
     from oracle_search.engine import cluster_address
 
@@ -131,6 +134,7 @@ def _runner(spec: ExperimentSpec, out: Path, address: str | None, callbacks: lis
     from oracle_search.callbacks import logger_callbacks
     from oracle_search.engine import Runner
 
+    check_names(spec)  # the Python API's edge: a spec built in code has not resolved its model, data, pruner yet
     prepare_out(out, spec)
     return Runner(out=out, spec=spec, experiment=spec.preset, address=address,
                   callbacks=logger_callbacks(callbacks, out, spec.preset), fuse=fuse)

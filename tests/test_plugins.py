@@ -134,6 +134,8 @@ def test_bad_import_paths_exit_2_naming_the_field_before_ray_starts(capsys, tmp_
                                                                     says):
     import ray
 
+    ray.shutdown()  # an earlier test may have left its Ray connected: this one checks that none starts
+    capsys.readouterr()  # and that Ray's late worker-log lines are not this command's output
     out = tmp_path / "out"
     code = main(["oracle", "--preset", "tiny", f"--{field}", value.format(user=user_module), "--out", str(out)])
     err = capsys.readouterr().err.strip()

@@ -15,14 +15,10 @@ from typing import Any
 
 import torch
 
+from trainables.errors import CheckpointError  # noqa: F401  (re-exported)
+
 STATE_FILE = "state.pt"
 HASH_FILE = "state.sha256"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be trusted; the message names its path."""
-
-    field = "start"
 
 
 def save_checkpoint(directory: str | Path, payload: dict[str, Any]) -> str:

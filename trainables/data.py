@@ -17,20 +17,14 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import numpy as np
 import torch
 
+from trainables.errors import DataError  # noqa: F401  (re-exported)
+
 from trainables.imagenet import imagenet
 
 if TYPE_CHECKING:
     from trainables.spec import ExperimentSpec
 
 SPLITS = ("train", "val", "test")
-
-
-class DataError(ValueError):
-    """A dataset that cannot be read; `field` names the option to fix."""
-
-    def __init__(self, field_name: str, message: str):
-        super().__init__(f"{field_name}: {message}")
-        self.field = field_name
 
 
 @dataclass

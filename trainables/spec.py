@@ -8,22 +8,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainables.errors import SpecError  # noqa: F401  (re-exported: the spec's error)
 from trainables.schedules import SCHEDULE_NAMES, ScheduleSpec, SiloParams
 
 OPTIMIZERS = ("sgd", "adam", "rmsprop")
 WEIGHT_POLICIES = ("continue", "rewind", "reinit")
 DEVICES = ("auto", "cpu", "cuda")
-
-
-class SpecError(ValueError):
-    """Invalid input; `field` names the offending spec field or option."""
-
-    def __init__(self, field_name: str, message: str):
-        super().__init__(f"{field_name}: {message}")
-        self.field, self.message = field_name, message
-
-    def __reduce__(self):  # raised in a Ray worker, it is pickled and copied on its way to the driver
-        return type(self), (self.field, self.message)
 
 
 @dataclass(frozen=True)
@@ -147,12 +137,19 @@ def _choice(value: str, allowed: tuple[str, ...] | list[str], name: str) -> None
         raise SpecError(name, f"unknown {value!r}; allowed: {', '.join(allowed)}")
 
 
-def validate(s: ExperimentSpec) -> None:
-    """Raise SpecError naming the first invalid field."""
+def check_names(s: ExperimentSpec) -> ExperimentSpec:
+    """Resolve the model, dataset and pruner (a registry name or an import path), or raise SpecError naming the
+    field. Done once at the edge (the command line, the pipeline), not on construction: resolving a registry name
+    imports torch, which `--help`, `presets` and a spec built in a notebook need not pay for."""
     from trainables.plugins import KINDS, resolve
 
-    for kind in KINDS:  # model, dataset, pruner: a registry name or an import path
+    for kind in KINDS:
         resolve(kind, getattr(s, kind))
+    return s
+
+
+def validate(s: ExperimentSpec) -> None:
+    """Raise SpecError naming the first invalid field (the model, dataset and pruner: see `check_names`)."""
     _fraction(s.rate, "rate")
     if not isinstance(s.prune_output, bool):
         raise SpecError("prune-output", f"must be true or false, got {s.prune_output!r}")
