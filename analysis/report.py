@@ -38,7 +38,9 @@ class Section:
 
 
 # Theorem 1's d: the width of a layer's input; for the MLPs, the dataset's input size.
-INPUT_DIMS = {"mnist1d": 40, "digits": 64, "synthetic": 32, "cifar10": 3 * 32 * 32, "cifar100": 3 * 32 * 32}
+INPUT_DIMS = {"mnist1d": 40, "digits": 64, "synthetic": 32, "cifar10": 3 * 32 * 32, "cifar100": 3 * 32 * 32,
+              "imagenet": 3 * 224 * 224}
+DEFAULT_DIM = 40
 
 
 def _oracle_section(df: pd.DataFrame, spec: dict | None, tol: float) -> Section:
@@ -56,12 +58,15 @@ def _max_lr_plot(df: pd.DataFrame, spec: dict | None, tol: float) -> Plot | None
     silo = {m: p for m in silo_methods(df) if (p := silo_params(df, m)) is not None}
     if pooled.empty and not silo:
         return None
-    d = INPUT_DIMS.get((spec or {}).get("dataset"), 40)
+    dataset = (spec or {}).get("dataset")
+    d = INPUT_DIMS.get(dataset, DEFAULT_DIM)
     png = figures.max_lr_figure(pooled, seed_intervals(df, tol), silo, pruning_rate(df, spec),
                                 int(df["cycle"].max()), {**THEORY, "d": d})
+    unknown = "" if dataset in INPUT_DIMS else (f" The input dimension d of dataset {dataset!r} is not known here: "
+                                                f"the theory curve assumes d = {DEFAULT_DIM}.")
     return Plot("max_lr", "max_lr against density: the Oracle (seed mean, the paper's interval as bars, the "
                 "noise-aware interval as a band), each SILO variant, and the theory curve α ∝ C^(-1/2) "
-                "(Theorem 2, Remark 2) scaled to the dense max_lr.", png)
+                "(Theorem 2, Remark 2) scaled to the dense max_lr." + unknown, png)
 
 
 def _silo_fit_note(out_dir: Path) -> str | None:

@@ -34,11 +34,12 @@ def with_ray(spec: ExperimentSpec, seeds: list[int], out: Path) -> tuple[float, 
     connect(None)  # what the Runner does first; timed apart to show it
     startup = time.perf_counter() - start
     with Runner(out=out, spec=spec, experiment=spec.preset, progress=Progress(io.StringIO())) as runner:
-        chosen = run_oracle(runner, seeds, list(spec.grid))
+        # The whole grid at every cycle, no refinement: the same trials as the in-process loop below.
+        outcomes = run_oracle(runner, seeds, list(spec.grid), refine=0, use_bracket=False)
     seconds = time.perf_counter() - start
     ray.shutdown()
     trained = sum(row["seconds"] for row in runner.ledger.rows())
-    return seconds, startup, trained, {s: [c.row for c in choices] for s, choices in chosen.items()}
+    return seconds, startup, trained, {s: [o.selected[s] for o in outcomes] for s in seeds}
 
 
 def in_process(spec: ExperimentSpec, seeds: list[int], chosen: dict, out: Path) -> tuple[float, int]:

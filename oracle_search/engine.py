@@ -41,7 +41,9 @@ class RunFailed(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Trial:
+class Training:
+    """The engine's unit of work: one cycle to train (a Tune trial runs one, or several fused). Named apart from
+    Tune's and Optuna's trials, which are other things."""
     key: str  # unique within a run directory; names the trial in the ledger
     spec: ExperimentSpec
     cycle: int
@@ -352,7 +354,7 @@ class Runner:
         self._done = threading.Condition()
         self._finished: dict[str, dict] = {}
         self._failed: dict[str, str] = {}  # key -> the last line of its error
-        self._by_key: dict[str, Trial] = {}
+        self._by_key: dict[str, Training] = {}
         self._tune_error: BaseException | None = None
         self._trainings: dict[str, dict] | None = None
         self._stopping = False
@@ -363,7 +365,7 @@ class Runner:
     def __exit__(self, exc_type, *exc) -> None:
         self.close(abort=exc_type is not None)
 
-    def run(self, trials: list[Trial]) -> dict[str, dict]:
+    def run(self, trials: list[Training]) -> dict[str, dict]:
         """Rows of all `trials`, training only those not already in the ledger; blocks until they finish.
 
         A trial whose training an earlier row already did (the same `training` tag, e.g. the LR-warmup baseline's
@@ -400,12 +402,12 @@ class Runner:
                             f"(first: {first}); finished trials are kept, rerun the command to resume")
         return rows
 
-    def _configs(self, trials: list[Trial]) -> list[dict]:
+    def _configs(self, trials: list[Training]) -> list[dict]:
         """Tune trial configs: trials of one (spec, cycle, seed, start) that differ only in max_lr go together, up
         to `fuse` per Tune trial, as one fused network (`trainables.fused`); the rest one per Tune trial."""
         if self.fuse <= 1:
             return [t.config() for t in trials]
-        groups: dict[tuple, list[Trial]] = {}
+        groups: dict[tuple, list[Training]] = {}
         configs = []
         for t in trials:
             if t.max_lr is None or t.spec.schedule.name == "silo":
@@ -424,7 +426,7 @@ class Runner:
                                                     "keys": [t.key for t in chunk]})
         return configs
 
-    def _reuse(self, trials: list[Trial]) -> dict[str, dict]:
+    def _reuse(self, trials: list[Training]) -> dict[str, dict]:
         if not any(t.tags.get("training") for t in trials):
             return {}
         if self._trainings is None:  # training -> the row that trained it, read from the ledger once

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oracle_search.engine import Runner, Trial
+from oracle_search.engine import Runner, Training
 from oracle_search.schema import Method, Stage
 from oracle_search.selection import Choice, Curve, bracket, choose, next_values
 from trainables.schedules import cycle_peak
@@ -33,14 +33,14 @@ def training_id(spec: ExperimentSpec, cycle: int, seed: int, max_lr: float | Non
 
 
 def cycle_trial(spec: ExperimentSpec, key: str, cycle: int, seed: int, max_lr: float | None, start: dict | None,
-                tags: dict) -> Trial:
+                tags: dict) -> Training:
     """A trial of one cycle, tagged with its training identity so an identical training is never run twice."""
-    return Trial(key=key, spec=spec, cycle=cycle, max_lr=max_lr, seed=seed,
+    return Training(key=key, spec=spec, cycle=cycle, max_lr=max_lr, seed=seed,
                  start_checkpoint=start["checkpoint"] if start else None,
                  tags=tags | {"training": training_id(spec, cycle, seed, max_lr, start)})
 
 
-def oracle_trial(runner: Runner, cycle: int, seed: int, lr: float, start: dict | None, stage: Stage) -> Trial:
+def oracle_trial(runner: Runner, cycle: int, seed: int, lr: float, start: dict | None, stage: Stage) -> Training:
     return cycle_trial(runner.spec, f"oracle-c{cycle:02d}-s{seed}-lr{grid_key(lr)}{chain_suffix(start)}", cycle,
                        seed, lr, start, {"method": Method.ORACLE.value, "stage": stage.value,
                                          "schedule": runner.spec.schedule.name})

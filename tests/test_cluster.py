@@ -17,7 +17,7 @@ import yaml
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
-from oracle_search.engine import Progress, Runner, Trial
+from oracle_search.engine import Progress, Runner, Training
 from oracle_search.oracle import run_oracle
 from trainables.presets import PRESETS
 from trainables.spec import Resources
@@ -154,8 +154,8 @@ def cluster(make_cluster) -> Cluster:
     return make_cluster(0)
 
 
-def cycle0_trials(spec, n: int) -> list[Trial]:
-    return [Trial(key=f"t{i}", spec=spec, cycle=0, max_lr=0.1, seed=i, start_checkpoint=None,
+def cycle0_trials(spec, n: int) -> list[Training]:
+    return [Training(key=f"t{i}", spec=spec, cycle=0, max_lr=0.1, seed=i, start_checkpoint=None,
                   tags={"method": "test", "stage": "grid"}) for i in range(n)]
 
 

@@ -17,7 +17,7 @@ import pytest
 from ray import cloudpickle, tune
 
 from oracle_search import schema
-from oracle_search.engine import Ledger, Progress, RunFailed, Runner, Trial
+from oracle_search.engine import Ledger, Progress, RunFailed, Runner, Training
 from trainables.presets import PRESETS
 from trainables.spec import Resources
 from trainables.tune_adapter import cycle_trainable
@@ -27,8 +27,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers canno
 TINY = PRESETS["tiny"].spec
 
 
-def trial(key: str, max_lr: float = 0.1, seed: int = 0) -> Trial:
-    return Trial(key=key, spec=TINY, cycle=0, max_lr=max_lr, seed=seed, start_checkpoint=None,
+def trial(key: str, max_lr: float = 0.1, seed: int = 0) -> Training:
+    return Training(key=key, spec=TINY, cycle=0, max_lr=max_lr, seed=seed, start_checkpoint=None,
                  tags={"method": "test", "stage": "grid"})
 
 
@@ -252,7 +252,7 @@ def fused_like(config: dict) -> None:
 
 @pytest.mark.slow
 def test_a_fused_result_lands_as_one_row_per_candidate(ray_local, tmp_path):
-    fused = Trial(key="fused-c00", spec=TINY, cycle=0, max_lr=None, seed=0, start_checkpoint=None,
+    fused = Training(key="fused-c00", spec=TINY, cycle=0, max_lr=None, seed=0, start_checkpoint=None,
                   tags={"method": "oracle", "stage": "grid"})
 
     def trainable(config: dict) -> None:

@@ -19,7 +19,7 @@ from ray import cloudpickle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from oracle_search.config import base_spec, load
-from oracle_search.engine import Progress, Runner, Trial
+from oracle_search.engine import Progress, Runner, Training
 from trainables.spec import Resources
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this test module
@@ -85,7 +85,7 @@ def test_the_users_module_reaches_the_workers_of_a_two_node_cluster(make_cluster
 
     cluster = make_cluster(0)
     nodes = {cluster.add_node(num_cpus=1).node_id, cluster.add_node(num_cpus=1).node_id}
-    trial = lambda cycle, lr, start: Trial(key=f"c{cycle}-lr{lr}", spec=spec, cycle=cycle, max_lr=lr, seed=0,
+    trial = lambda cycle, lr, start: Training(key=f"c{cycle}-lr{lr}", spec=spec, cycle=cycle, max_lr=lr, seed=0,
                                            start_checkpoint=start)
     with Runner(out=tmp_path / "out", spec=spec, experiment="shipped", address=cluster.address,
                 progress=Progress(io.StringIO())) as runner:
@@ -102,3 +102,29 @@ def test_the_users_module_reaches_the_workers_of_a_two_node_cluster(make_cluster
     assert all(r["density"] == pytest.approx(64.0, abs=0.1) for r in second.values())
     assert not any(w.startswith(str(tmp_path)) for w in where)  # not the driver's copy...
     assert all("runtime_resources" in w for w in where)  # ...but the one Ray shipped
+
+
+@pytest.mark.slow
+def test_the_example_runs_through_the_python_api(tmp_path):
+    """`examples/custom_cnn/run.py`: compare by import path through `from oracle_search import ...`, returning the
+    results table and the report's path."""
+    out = tmp_path / "api"
+    done = subprocess.run([sys.executable, "-m", "examples.custom_cnn.run", str(out), "--quick"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"report: {out / 'report.html'}" in done.stdout
+    rows = pd.read_parquet(out / "results.parquet")
+    assert {"oracle", "silo_paper", "silo_fit", "warmup"} <= set(rows["method"])
+    spec = json.loads((out / "spec.json").read_text())
+    assert spec["model"] == "examples.custom_cnn.model:small_cnn" and spec["dataset"] == "examples.custom_cnn.data:bars"
+    assert set(rows[rows["stage"] == "final"]["seed"]) == {1000, 1001}
+
+
+def test_the_python_api_exports_the_pipeline():
+    import oracle_search
+    from oracle_search import pipeline
+
+    assert oracle_search.compare is pipeline.compare and oracle_search.report is pipeline.report
+    assert {"ExperimentSpec", "compare", "oracle", "fit_silo", "baselines", "report"} <= set(oracle_search.__all__)
+    with pytest.raises(AttributeError):
+        oracle_search.no_such_name

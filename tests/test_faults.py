@@ -19,7 +19,7 @@ import ray
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
-from oracle_search.engine import Ledger, Progress, RunFailed, Runner, Trial
+from oracle_search.engine import Ledger, Progress, RunFailed, Runner, Training
 from trainables.presets import PRESETS
 from trainables.spec import Resources
 from trainables.tune_adapter import cycle_trainable
@@ -60,7 +60,7 @@ def test_trials_of_a_lost_node_are_retried_elsewhere(cluster, tmp_path):
     log = tmp_path / "log"
     log.mkdir()
     out = tmp_path / "out"
-    trials = [Trial(key=f"t{i}", spec=TINY, cycle=0, max_lr=0.1, seed=i, start_checkpoint=None) for i in range(4)]
+    trials = [Training(key=f"t{i}", spec=TINY, cycle=0, max_lr=0.1, seed=i, start_checkpoint=None) for i in range(4)]
 
     def started_on_doomed() -> list[str]:
         return [p.name.split("@")[0] for p in log.iterdir() if f"@{doomed.node_id}." in p.name]
@@ -182,13 +182,13 @@ def test_a_corrupt_checkpoint_behind_a_uri_is_named_by_its_uri(tmp_path):
     spec = dataclasses.replace(TINY, resources=Resources(storage_path=f"file://{tmp_path / 'shared'}"))
     with Runner(out=tmp_path / "out", spec=spec, experiment="uri", max_failures=0,
                 progress=Progress(io.StringIO())) as runner:
-        (row,) = runner.run([Trial("c0", spec, cycle=0, max_lr=0.1, seed=0, start_checkpoint=None)]).values()
+        (row,) = runner.run([Training("c0", spec, cycle=0, max_lr=0.1, seed=0, start_checkpoint=None)]).values()
         uri = row["checkpoint"]
         assert uri.startswith(f"file://{tmp_path / 'shared'}/")
         flip_middle_byte(Path(uri.removeprefix("file://")) / "state.pt")
         with pytest.raises(RunFailed, match=re.escape(f"(first: c1: trainables.checkpoints.CheckpointError: {uri}: ")
                            + ".*content hash mismatch"):
-            runner.run([Trial("c1", spec, cycle=1, max_lr=0.1, seed=0, start_checkpoint=uri)])
+            runner.run([Training("c1", spec, cycle=1, max_lr=0.1, seed=0, start_checkpoint=uri)])
 
 
 # --- the driver interrupted (Ctrl-C, SIGTERM) ----------------------------------------------------------------------

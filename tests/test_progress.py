@@ -16,7 +16,7 @@ import pytest
 from ray import cloudpickle
 
 from oracle_search import cli
-from oracle_search.engine import Ledger, Runner, Trial
+from oracle_search.engine import Ledger, Runner, Training
 from oracle_search.progress import Progress, Status
 from trainables.presets import PRESETS
 from trainables.tune_adapter import cycle_trainable
@@ -155,7 +155,7 @@ def test_a_run_reports_every_epoch_shows_progress_and_a_first_failure_and_record
     (markers / "t0").touch()  # only t1 fails, once
     (markers / "t2").touch()
     out = io.StringIO()
-    trials = [Trial(key=f"t{i}", spec=TINY, cycle=0, max_lr=lr, seed=0, start_checkpoint=None,
+    trials = [Training(key=f"t{i}", spec=TINY, cycle=0, max_lr=lr, seed=0, start_checkpoint=None,
                     tags={"method": "oracle", "stage": "grid"}) for i, lr in enumerate((0.03, 0.1, 0.3))]
     with Runner(out=tmp_path / "run", spec=TINY, experiment="watch", progress=Progress(out, interval=0.2),
                 trainable=partial(fails_first_attempt, str(markers)), max_failures=1) as runner:
@@ -234,7 +234,7 @@ def test_callback_mlflow_logs_epoch_curves_and_the_final_row_of_every_trial(ray_
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     out = tmp_path / "run"
-    trials = [Trial(key=f"lr{lr}", spec=TINY, cycle=0, max_lr=lr, seed=0, start_checkpoint=None,
+    trials = [Training(key=f"lr{lr}", spec=TINY, cycle=0, max_lr=lr, seed=0, start_checkpoint=None,
                     tags={"method": "oracle", "stage": "grid"}) for lr in (0.03, 0.3)]
     with Runner(out=out, spec=TINY, experiment="tiny", progress=Progress(io.StringIO()),
                 callbacks=logger_callbacks([callback_name("mlflow")], out, "tiny")) as runner:
