@@ -23,10 +23,10 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a bare checkout, nothing installed
 
-from trainables.cycle import _autocast, _layout, make_optimizer  # noqa: E402
+from trainables.cycle import make_optimizer, train_step  # noqa: E402
 from trainables.fused import Fused, FusedOptimizer, fused_step  # noqa: E402
 from trainables.models import MODELS  # noqa: E402
-from trainables.pruning import apply_masks, full_masks, mask_gradients  # noqa: E402
+from trainables.pruning import full_masks  # noqa: E402
 from trainables.spec import ExperimentSpec  # noqa: E402
 
 Batches = list[tuple[torch.Tensor, torch.Tensor]]
@@ -62,13 +62,7 @@ def separate_seconds(spec: ExperimentSpec, model: nn.Module, k: int, batches: Ba
         net.train()
 
         def step(x: torch.Tensor, y: torch.Tensor) -> None:
-            with _autocast(device, spec):
-                loss = nn.functional.cross_entropy(net(_layout(x, spec, device)), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            mask_gradients(net, masks)
-            optimizer.step()
-            apply_masks(net, masks)
+            train_step(net, net, optimizer, masks, x, y, spec, device)
 
         total += timed(step, batches, warmup, steps, device)
         del net, optimizer

@@ -34,3 +34,14 @@ def make_cluster() -> Iterator:
     ray.shutdown()
     for cluster in made:
         cluster.shutdown()
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One torch thread, as a 1-CPU trial runs, so results do not depend on this machine's core count."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -15,18 +15,13 @@ from trainables.models import build_model
 from trainables.presets import PRESETS
 from trainables.pruning import prunable
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: as a 1-CPU trial runs
+
 DIGITS = dataclasses.replace(PRESETS["digits-mlp"].spec, device="cpu")
 TINY = dataclasses.replace(PRESETS["tiny"].spec, device="cpu")
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One thread, as a 1-CPU trial runs, so results do not depend on this machine's core count."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

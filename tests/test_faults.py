@@ -92,7 +92,7 @@ def test_trials_of_a_lost_node_are_retried_elsewhere(cluster, tmp_path):
 
 def oracle(out: Path, grid: str = "0.03,0.1,0.3,1.0") -> list[str]:
     return ["oracle", "--preset", "tiny", "--cycles", "1", "--grid", grid, "--seeds", "1", "--refine", "0",
-            "--cpus-per-trial", "1", "--out", str(out)]
+            "--no-bracket", "--cpus-per-trial", "1", "--out", str(out)]
 
 
 def kill_session(sid: int) -> None:
@@ -186,7 +186,7 @@ def test_a_corrupt_checkpoint_behind_a_uri_is_named_by_its_uri(tmp_path):
         uri = row["checkpoint"]
         assert uri.startswith(f"file://{tmp_path / 'shared'}/")
         flip_middle_byte(Path(uri.removeprefix("file://")) / "state.pt")
-        with pytest.raises(RunFailed, match=re.escape(f"(first: c1: trainables.checkpoints.CheckpointError: {uri}: ")
+        with pytest.raises(RunFailed, match=re.escape(f"(first: c1: trainables.errors.CheckpointError: {uri}: ")
                            + ".*content hash mismatch"):
             runner.run([Training("c1", spec, cycle=1, max_lr=0.1, seed=0, start_checkpoint=uri)])
 

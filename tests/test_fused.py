@@ -21,19 +21,14 @@ from trainables.presets import PRESETS
 from trainables.pruning import apply_masks, mask_gradients, prunable
 from trainables.spec import ExperimentSpec, OptimizerSpec
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: as a 1-CPU trial runs
+
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
 TINY = dataclasses.replace(PRESETS["tiny"].spec, device="cpu")
 LRS = [0.01, 0.05, 0.2]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One thread, as a 1-CPU trial runs, so results do not depend on this machine's core count."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _random_masks(model: nn.Module, keep: float = 0.7) -> dict[str, torch.Tensor]:

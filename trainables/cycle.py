@@ -154,6 +154,19 @@ def _prepare(spec: ExperimentSpec, cycle: int, seed: int, start_checkpoint: str 
     return model, masks, state.get("rewind"), checkpoint_hash(start_checkpoint)
 
 
+def train_step(model: nn.Module, forward: nn.Module, optimizer: torch.optim.Optimizer, masks: Masks,
+               x: torch.Tensor, y: torch.Tensor, spec: ExperimentSpec, device: torch.device) -> torch.Tensor:
+    """One optimizer step on a batch, pruned weights kept at zero; returns the detached loss (no GPU sync)."""
+    with _autocast(device, spec):
+        loss = nn.functional.cross_entropy(forward(_layout(x, spec, device)), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    mask_gradients(model, masks)
+    optimizer.step()
+    apply_masks(model, masks)  # weight decay and momentum must not revive pruned weights
+    return loss.detach()
+
+
 def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: int,
               start_checkpoint: str | None = None, checkpoint_dir: str | Path | None = None,
               on_epoch: Callable[[dict], None] | None = None) -> CycleResult:
@@ -186,14 +199,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
             lr = lr_at(step, total, peak, spec.schedule)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            with _autocast(device, spec):
-                loss = nn.functional.cross_entropy(forward(_layout(x, spec, device)), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            mask_gradients(model, masks)
-            optimizer.step()
-            apply_masks(model, masks)  # weight decay and momentum must not revive pruned weights
-            epoch_loss += loss.detach()
+            epoch_loss += train_step(model, forward, optimizer, masks, x, y, spec, device)
             step += 1
         epochs_run = epoch
         # One check per epoch, not per step: a per-step check would force a GPU sync in the hot loop.
