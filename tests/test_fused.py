@@ -14,14 +14,15 @@ import torch
 from torch import nn
 
 from trainables.checkpoints import checkpoint_hash, load_checkpoint
-from trainables.cycle import make_optimizer, run_cycle
+from trainables.cycle import make_optimizer, run_cycle, train_step
 from trainables.fused import Fused, FusedOptimizer, fused_step, run_fused_cycle
 from trainables.models import MODELS
 from trainables.presets import PRESETS
-from trainables.pruning import apply_masks, mask_gradients, prunable
+from trainables.pruning import apply_masks, prunable
 from trainables.spec import ExperimentSpec, OptimizerSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: as a 1-CPU trial runs
+CPU_SPEC = ExperimentSpec(device="cpu")  # train_step reads only its autocast and layout switches (off on CPU)
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -42,13 +43,7 @@ def _separate_steps(model: nn.Module, masks, o: OptimizerSpec, lr: float, batche
     optimizer = make_optimizer(o, model.parameters(), lr)
     losses = []
     for x, y in batches:
-        loss = nn.functional.cross_entropy(model(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        mask_gradients(model, masks)
-        optimizer.step()
-        apply_masks(model, masks)
-        losses.append(loss.item())
+        losses.append(train_step(model, model, optimizer, masks, x, y, CPU_SPEC, torch.device("cpu")).item())
     return model.state_dict(), losses
 
 
