@@ -128,3 +128,28 @@ def test_the_python_api_exports_the_pipeline():
     assert {"ExperimentSpec", "compare", "oracle", "fit_silo", "baselines", "report"} <= set(oracle_search.__all__)
     with pytest.raises(AttributeError):
         oracle_search.no_such_name
+
+
+@pytest.mark.slow
+def test_compare_through_the_python_api_on_a_two_node_cluster(make_cluster, tmp_path, monkeypatch):
+    """The whole comparison, by import path, through `oracle_search.compare`, on two worker nodes that can import
+    the user's package only through the runtime environment Ray ships."""
+    import oracle_search
+    from oracle_search import CompareOptions, FitOptions, OracleOptions
+
+    package = tmp_path / "code" / "custom_cnn_api"
+    shutil.copytree(EXAMPLE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    (package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    spec = dataclasses.replace(
+        base_spec("tiny", load(EXAMPLE / "experiment.toml").spec), cycles=1, epochs=1, grid=(0.1, 0.4),
+        model="custom_cnn_api.model:small_cnn", dataset="custom_cnn_api.data:bars",
+        resources=Resources(cpus_per_trial=1, storage_path=str(tmp_path / "shared")))
+    cluster = make_cluster(0)
+    nodes = {cluster.add_node(num_cpus=1).node_id, cluster.add_node(num_cpus=1).node_id}
+    options = CompareOptions(oracle=OracleOptions(seeds=1, refine=0), fit=FitOptions(trials=1), eval_seeds=2)
+    result = oracle_search.compare(spec, tmp_path / "out", options, address=cluster.address)
+    rows = result.results
+    assert {"oracle", "silo_paper", "silo_fit", "constant", "cosine"} <= set(rows["method"])
+    assert set(rows.loc[~rows["reused"], "node_id"]) == nodes  # both nodes trained the user's model
+    assert result.report.exists() and (tmp_path / "out" / "report.md").exists()
