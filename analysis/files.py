@@ -9,11 +9,6 @@ from pathlib import Path
 import pandas as pd
 
 
-# Columns beyond the design card's contract (and `stage`): a table from an older run may lack them.
-OPTIONAL_COLUMNS = frozenset({"stopped_early", "study_trial", "checkpoint_hash", "start_hash", "grad_hist",
-                              "act_hist", "gpu_ids", "node_id", "key", "reused", "fused"})
-
-
 class BadResults(ValueError):
     """A results table the report cannot read: the message names the file and, if any, the missing columns."""
 

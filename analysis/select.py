@@ -26,10 +26,6 @@ def label(method: str) -> str:
     return LABELS.get(method, method)
 
 
-def current(df: pd.DataFrame) -> pd.DataFrame:
-    return current_rows(df)
-
-
 def oracle_trials(df: pd.DataFrame) -> pd.DataFrame:
     """The Oracle's grid and refinement rows on its current chain (diverged ones included)."""
     rows = current_rows(df)

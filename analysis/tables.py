@@ -100,10 +100,10 @@ def values_table(df: pd.DataFrame, tol: float = TOLERANCE) -> Table | None:
     records = []
     rows = oracle_trials(df)
     for cycle, group in rows.groupby("cycle"):
-        choice = choose(Curve.from_rows(group), tol)
+        curve = Curve.from_rows(group)
+        choice = choose(curve, tol)
         if choice is None:
             continue
-        curve = Curve.from_rows(group)
         mean, se = curve.mean(), curve.standard_error()
         for v, a, b in zip(choice.values, choice.inside, choice.noise_inside):
             records.append({"cycle": int(cycle), "max_lr": v, "val_mean": float(mean[v]), "val_se": float(se[v]),

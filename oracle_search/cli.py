@@ -230,7 +230,6 @@ def cmd_oracle(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     options = _oracle_options(args)
-    pipeline.check_counts(seeds=(options.seeds, 1), refine=(options.refine, 0), fuse=(options.fuse, 0))
     check_inputs(args, spec)
     outcomes = pipeline.oracle(spec, Path(args.out), options, args.address, args.callback)
     print("\nOracle table\n" + oracle_table(outcomes))
@@ -265,7 +264,7 @@ def cmd_fit_silo(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     options = _fit_options(args, spec)
-    pipeline.check_counts(trials=(options.trials, 1), fit_seeds=(options.seeds, 1))
+    pipeline.at_least("trials", options.trials, 1)  # before the data loads
     check_inputs(args, spec)
     study = pipeline.fit_silo(spec, Path(args.out), options, args.address, args.callback)
     best_params(study)  # FitFailed (exit 1) when every trial diverged or stopped early
@@ -276,8 +275,7 @@ def cmd_baselines(args: argparse.Namespace) -> int:
     from oracle_search import pipeline
 
     spec = spec_from_args(args)
-    options = dataclasses.replace(_compare_options(args, spec), silo_fit=True)  # silo_fit if a study finished
-    pipeline.check_counts(seeds=(options.oracle.seeds, 1), eval_seeds=(options.eval_seeds, 2))
+    options = _compare_options(args, spec)  # baselines runs silo_fit whenever this folder's study finished
     check_inputs(args, spec)
     peaks = pipeline.baselines(spec, Path(args.out), options, args.address, args.callback)
     print("tuned peaks: " + ", ".join(f"{k} {v:.4g}" for k, v in peaks.items()))
@@ -290,10 +288,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     options = _compare_options(args, spec)
-    pipeline.check_counts(seeds=(options.oracle.seeds, 1), refine=(options.oracle.refine, 0),
-                          eval_seeds=(options.eval_seeds, 2))
-    if args.trials < 0:
-        raise SpecError("trials", f"must be >= 0, got {args.trials}")
     check_inputs(args, spec)
     result = pipeline.compare(spec, Path(args.out), options, args.address, args.callback)
     out = Path(args.out)

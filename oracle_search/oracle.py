@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from oracle_search.engine import Runner, Training
 from oracle_search.schema import Method, Stage
-from oracle_search.selection import Choice, Curve, bracket, choose, next_values
+from oracle_search.selection import Choice, Curve, bracket, choose, lr_key, next_values
 from trainables.schedules import cycle_peak
 from trainables.spec import ExperimentSpec
 
@@ -97,7 +97,7 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
             runner.write_results()
             break
         ledger_rows = runner.ledger.rows()  # read once per cycle, not once per seed
-        at_best = {r["seed"]: r for r in rows if f"{r['max_lr']:.6g}" == f"{choice.best:.6g}"}
+        at_best = {r["seed"]: r for r in rows if lr_key(r["max_lr"]) == choice.best}
         selected = {s: mark_selected(runner, at_best[s], ledger_rows) for s in seeds}
         outcomes.append(CycleOutcome(cycle, choice, selected, rounds))
         runner.write_results()

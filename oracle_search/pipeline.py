@@ -20,12 +20,25 @@ from trainables.spec import ExperimentSpec, Resources, SpecError, check_names
 EVAL_SEED_OFFSET = 1000
 
 
+def at_least(option: str, value: int, least: int) -> None:
+    """SpecError naming the command-line option when a count is below its floor."""
+    if not isinstance(value, int) or value < least:
+        raise SpecError(option, f"must be an integer >= {least}, got {value!r}")
+
+
+# The options validate themselves on construction, like ExperimentSpec: the command line and the Python API
+# build them at their edge, and nothing inside checks them again.
 @dataclass(frozen=True)
 class OracleOptions:
     seeds: int = 3  # tuning seeds: every value is trained on each
     refine: int = 3  # most refinement rounds per cycle (0: the coarse grid or bracket only)
     bracket: bool = True  # after cycle 0, start from the grid values near the previous choice
     fuse: int = 0  # max_lr candidates per Tune trial, trained as one fused network; 0: all on GPUs, 1 on CPUs
+
+    def __post_init__(self) -> None:
+        at_least("seeds", self.seeds, 1)
+        at_least("refine", self.refine, 0)
+        at_least("fuse", self.fuse, 0)
 
 
 @dataclass(frozen=True)
@@ -36,6 +49,10 @@ class FitOptions:
     target_cycle: int | None = None  # whose validation accuracy is the objective; default: the last
     space: object | None = None  # fitter.SearchSpace; default: around the Oracle's dense best when one ran
 
+    def __post_init__(self) -> None:
+        at_least("trials", self.trials, 0)  # 0: compare without silo_fit
+        at_least("fit-seeds", self.seeds, 1)
+
 
 @dataclass(frozen=True)
 class CompareOptions:
@@ -43,6 +60,11 @@ class CompareOptions:
     fit: FitOptions = field(default_factory=FitOptions)
     eval_seeds: int = 3  # evaluation seeds of every tuned method's final runs
     silo_fit: bool = True  # also fit all four SILO parameters with Optuna
+
+    def __post_init__(self) -> None:
+        at_least("eval-seeds", self.eval_seeds, 2)
+        if self.silo_fit:
+            at_least("trials", self.fit.trials, 1)
 
 
 @dataclass(frozen=True)
@@ -57,12 +79,6 @@ def tuning_seeds(spec: ExperimentSpec, n: int) -> list[int]:
 
 def evaluation_seeds(spec: ExperimentSpec, n: int) -> list[int]:
     return list(range(spec.seed + EVAL_SEED_OFFSET, spec.seed + EVAL_SEED_OFFSET + n))
-
-
-def check_counts(**counts: int) -> None:
-    for name, (value, least) in counts.items():
-        if value < least:
-            raise SpecError(name.replace("_", "-"), f"must be >= {least}, got {value}")
 
 
 def prepare_out(out: Path, spec: ExperimentSpec) -> None:
@@ -150,20 +166,24 @@ def _oracle(runner, options: OracleOptions):
 def oracle(spec: ExperimentSpec, out: Path, options: OracleOptions = OracleOptions(),
            address: str | None = None, callbacks: list[str] | None = None) -> list:
     """Run (or resume) the Oracle; returns one `oracle.CycleOutcome` per cycle."""
-    check_counts(seeds=(options.seeds, 1), refine=(options.refine, 0), fuse=(options.fuse, 0))
     reject_silo_schedule(spec)
     with _runner(spec, Path(out), address, callbacks, fuse_size(spec, options.fuse)) as runner:
         return _oracle(runner, options)
 
 
+def _dense_best(runner) -> float | None:
+    """The Oracle's seed-mean dense best from this folder's ledger, or None when no Oracle ran here."""
+    from oracle_search.selection import dense_best
+
+    ledger = pd.DataFrame(runner.ledger.rows())
+    return dense_best(ledger) if not ledger.empty else None
+
+
 def _fit(runner, options: FitOptions):
     """silo_fit: the Optuna study, with ε searched around the Oracle's dense best when this folder holds one."""
     from oracle_search import fitter
-    from oracle_search.selection import dense_best
-
     space = options.space or fitter.SearchSpace.default(runner.spec)
-    ledger = pd.DataFrame(runner.ledger.rows())
-    dense = dense_best(ledger) if not ledger.empty else None
+    dense = _dense_best(runner)
     if dense is not None and options.space is None:
         # The paper tunes epsilon on the unpruned network; the Oracle's cycle 0 has done exactly that.
         space = dataclasses.replace(space, epsilon=(dense / 2, dense * 2))
@@ -191,7 +211,7 @@ def _fitted(study):
 def fit_silo(spec: ExperimentSpec, out: Path, options: FitOptions = FitOptions(), address: str | None = None,
              callbacks: list[str] | None = None):
     """Run (or extend) the silo_fit study; returns the Optuna study."""
-    check_counts(trials=(options.trials, 1), seeds=(options.seeds, 1))
+    at_least("trials", options.trials, 1)
     with _runner(spec, Path(out), address, callbacks) as runner:
         study = _fit(runner, options)
         runner.write_results()
@@ -200,12 +220,10 @@ def fit_silo(spec: ExperimentSpec, out: Path, options: FitOptions = FitOptions()
 
 def _silo_variants(runner, options: CompareOptions, study) -> dict:
     """silo_paper's parameters (needs the Oracle's dense best) and silo_fit's, where each exists."""
-    from oracle_search.selection import dense_best
     from oracle_search.silo_paper import tune_silo_paper
 
     variants = {}
-    ledger = pd.DataFrame(runner.ledger.rows())
-    dense = dense_best(ledger) if not ledger.empty else None
+    dense = _dense_best(runner)
     if dense is None:
         runner.progress.say("silo_paper: no Oracle dense best in this folder; silo_paper is left out")
     elif (p := tune_silo_paper(runner, dense, list(runner.spec.grid), tuning_seeds(runner.spec, options.oracle.seeds),
@@ -223,13 +241,13 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
     from oracle_search import fitter
     from oracle_search.baselines import run_baselines
 
-    check_counts(seeds=(options.oracle.seeds, 1), eval_seeds=(options.eval_seeds, 2))
     with _runner(spec, Path(out), address, callbacks) as runner:
         target = spec.cycles if options.fit.target_cycle is None else options.fit.target_cycle
-        study = (fitter.open_study(runner.out, spec, options.fit.storage, tuning_seeds(spec, options.fit.seeds),
-                                   target) if options.silo_fit else None)
-        peaks = run_baselines(runner, tuning_seeds(spec, options.oracle.seeds), evaluation_seeds(spec, options.eval_seeds),
-                              list(spec.grid), _silo_variants(runner, options, study))
+        # silo_fit runs when this experiment's study holds a finished trial, whatever `options.silo_fit` says
+        study = fitter.open_study(runner.out, spec, options.fit.storage, tuning_seeds(spec, options.fit.seeds), target)
+        peaks = run_baselines(runner, tuning_seeds(spec, options.oracle.seeds),
+                              evaluation_seeds(spec, options.eval_seeds), list(spec.grid),
+                              _silo_variants(runner, options, study))
         runner.write_results()
     return peaks
 
@@ -240,8 +258,6 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
     seeds, and the report; one resumable run on one folder."""
     from oracle_search.baselines import run_baselines
 
-    check_counts(seeds=(options.oracle.seeds, 1), refine=(options.oracle.refine, 0),
-                 trials=(options.fit.trials, 1 if options.silo_fit else 0), eval_seeds=(options.eval_seeds, 2))
     reject_silo_schedule(spec)
     out = Path(out)
     with _runner(spec, out, address, callbacks, fuse_size(spec, options.oracle.fuse)) as runner:

@@ -97,6 +97,7 @@ class ResultRow:
     node_id: str = ""
     key: str = ""
     training: str = ""  # identity of the training itself (what `reused` matches on)
+    current: bool = False  # a row the report uses (`current_rows`); derived, set anew whenever the table is framed
 
 
 COLUMNS = [f.name for f in dataclasses.fields(ResultRow)]
@@ -133,7 +134,9 @@ def results_frame(rows: Iterable[dict]) -> pd.DataFrame:
     frame["fused"] = frame["fused"].fillna(1).astype(int)
     for col in ("training", "key", "checkpoint", "checkpoint_hash", "start_hash", "trial_id"):
         frame[col] = frame[col].astype(object).fillna("").astype(str)
-    return frame.sort_values(SORT, na_position="first", kind="stable").reset_index(drop=True)
+    frame = frame.sort_values(SORT, na_position="first", kind="stable").reset_index(drop=True)
+    frame["current"] = current_mask(frame)
+    return frame
 
 
 def write_results(out: Path, rows: Iterable[dict]) -> pd.DataFrame:
@@ -159,11 +162,10 @@ def oracle_chain(df: pd.DataFrame) -> pd.DataFrame:
     table (nothing is deleted) but never count."""
     rows = df[(df["method"] == Method.ORACLE.value) & df["stage"].isin((Stage.GRID.value, Stage.REFINE.value))]
     keep = []
-    for seed, group in rows.groupby("seed"):
+    for _, group in rows.groupby("seed"):
         start = ""
-        for cycle in sorted(group["cycle"].unique()):
-            at = group[group["cycle"] == cycle]
-            at = at[at["start_hash"].fillna("") == start] if cycle else at[at["start_hash"].fillna("") == ""]
+        for _, at in group.groupby("cycle", sort=True):
+            at = at[at["start_hash"].fillna("") == start]
             if at.empty:
                 break
             keep.append(at)
@@ -174,9 +176,14 @@ def oracle_chain(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(keep) if keep else rows.iloc[0:0]
 
 
+def current_mask(df: pd.DataFrame) -> pd.Series:
+    """The one rule for the rows a report uses: the Oracle's current chain, every tuning row, and each other
+    method's current final chain (`selected`; a rerun with other tuned parameters deselects the chain it
+    supersedes)."""
+    others = (df["method"] != Method.ORACLE.value) & ((df["stage"] != Stage.FINAL.value) | df["selected"])
+    return others | df.index.isin(oracle_chain(df).index)
+
+
 def current_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows a report uses: the Oracle's current chain, every tuning row, and each other method's current
-    final chain (`selected`; a rerun with other tuned parameters deselects the chain it supersedes)."""
-    others = df[df["method"] != Method.ORACLE.value]
-    others = others[(others["stage"] != Stage.FINAL.value) | others["selected"]]
-    return pd.concat([oracle_chain(df), others]).sort_index()
+    """The rows a report uses, as `results_frame` marked them (`current`)."""
+    return df[df["current"]]

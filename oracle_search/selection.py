@@ -63,8 +63,7 @@ class Curve:
         return self.acc.mean(axis=1)
 
     def standard_error(self) -> pd.Series:
-        n = self.n_seeds
-        return self.acc.std(axis=1, ddof=1) / math.sqrt(n) if n > 1 else self.acc.mean(axis=1) * np.nan
+        return self.acc.std(axis=1, ddof=1) / math.sqrt(self.n_seeds)  # NaN with one seed (ddof=1)
 
 
 @dataclass(frozen=True)
