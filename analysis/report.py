@@ -152,7 +152,7 @@ def _flatten(spec: dict, prefix: str = "") -> dict:
     return flat
 
 
-GPU_ONLY = ("amp", "channels_last", "compile")
+GPU_ONLY = ("channels_last", "compile")
 
 
 def _spec_cells(spec: dict) -> pd.DataFrame:

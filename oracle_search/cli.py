@@ -70,6 +70,9 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
     g.add_argument("--schedule", choices=SCHEDULE_NAMES, help="LR schedule within a cycle")
     g.add_argument("--keep-output-dense", dest="prune_output", action="store_false", default=None,
                    help="never prune the output layer (OpenLTH's setting for its CIFAR models)")
+    g.add_argument("--no-amp", dest="amp", action="store_false", default=None,
+                   help="train in float32 (default: bf16 autocast of the forward pass, on GPUs and CPUs; a CPU "
+                   "without native bf16, i.e. without avx512_bf16 or AMX, may be faster in float32)")
     if cluster:
         r = p.add_argument_group("resources")
         for opt, (_, typ, text) in RESOURCE_OVERRIDES.items():
@@ -95,8 +98,9 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
             changes[name] = value
     if "optimizer" in changes:
         changes["optimizer"] = dataclasses.replace(spec.optimizer, name=changes["optimizer"])
-    if getattr(args, "prune_output", None) is not None:
-        changes["prune_output"] = args.prune_output
+    for flag in ("prune_output", "amp"):
+        if getattr(args, flag, None) is not None:
+            changes[flag] = getattr(args, flag)
     if getattr(args, "schedule", None):
         changes["schedule"] = dataclasses.replace(spec.schedule, name=args.schedule)
     res = {name: v for opt, (name, _, _) in RESOURCE_OVERRIDES.items()

@@ -147,7 +147,8 @@ def test_the_answer_comes_first_and_the_settings_last(report):
     assert "| preset |" not in md[:md.index("## Settings")]
     settings = md[md.index("## Settings"):]
     assert "| preset  |  mnist1d-mlp |" in settings and "| grid    | [0.01, 0.02] |" in settings
-    assert "amp" not in settings  # a GPU-only switch, dropped from a CPU run
+    assert "| amp     |        false |" in settings  # autocast applies on CPUs too, so it is shown
+    assert "channels_last" not in settings  # a GPU-only switch, dropped from a CPU run
 
 
 def test_markdown_report_holds_every_table_and_figure(report):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from oracle_search.cli import build_parser, main, spec_from_args
+from oracle_search.config import parse_args
 from oracle_search.schema import write_results
 from trainables.checkpoints import STATE_FILE, load_checkpoint
 
@@ -207,6 +208,13 @@ def test_storage_path_defaults_to_the_clusters_variable(monkeypatch):
     assert parse("--storage-path", "/shared/tune").resources.storage_path == "/shared/tune"  # the option wins
     monkeypatch.delenv("ORACLE_SEARCH_STORAGE")
     assert parse().resources.storage_path is None
+
+
+def test_no_amp_trains_in_float32_and_an_experiment_file_can_say_so(tmp_path):
+    parse = lambda *a: spec_from_args(parse_args(build_parser(), ["oracle", "--out", "x", *a]))  # noqa: E731
+    assert parse().amp is True and parse("--no-amp").amp is False
+    (tmp_path / "fp32.toml").write_text("amp = false\n")
+    assert parse("--config", str(tmp_path / "fp32.toml")).amp is False
 
 
 @pytest.fixture

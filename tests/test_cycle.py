@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trainables.checkpoints import CheckpointError, checkpoint_hash, load_checkpoint
-from trainables.cycle import _prepare, run_cycle
+from trainables.cycle import _prepare, run_cycle, train_step
 from trainables.data import load_data
 from trainables.models import build_model
 from trainables.presets import PRESETS
@@ -160,3 +160,18 @@ def test_rewind_to_a_later_epoch_saves_that_epoch(tmp_path):
     initial = _initial(spec)
     assert rewind.keys() == initial.keys()
     assert not any(torch.equal(rewind[k], initial[k]) for k in prunable(build_model(spec.model, (32,), 10)))
+
+
+@pytest.mark.parametrize("amp", [True, False])
+def test_amp_autocasts_the_forward_pass_on_cpu_too(amp):
+    """`amp` means bf16 autocast of the forward pass on any device; the weights and their updates stay float32."""
+    spec = dataclasses.replace(TINY, amp=amp)
+    model = build_model(spec.model, (8,), 3)
+    seen = []
+    model[1].register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    masks = {n: torch.ones_like(p, dtype=torch.bool) for n, p in prunable(model).items()}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = train_step(model, model, optimizer, masks, torch.randn(4, 8), torch.tensor([0, 1, 2, 0]), spec, CPU)
+    assert seen == [torch.bfloat16 if amp else torch.float32]
+    assert loss.dtype == torch.float32 and all(p.dtype == torch.float32 for p in model.parameters())
+    assert dataclasses.replace(TINY, amp=not amp).training_fingerprint() != spec.training_fingerprint()

@@ -69,7 +69,7 @@ def make_optimizer(o: OptimizerSpec, params, lr: float) -> torch.optim.Optimizer
 
 
 def _autocast(device: torch.device, spec: ExperimentSpec):
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and spec.amp)
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=spec.amp)
 
 
 @torch.no_grad()

@@ -16,6 +16,11 @@ WEIGHT_POLICIES = ("continue", "rewind", "reinit")
 DEVICES = ("auto", "cpu", "cuda")
 
 
+# Bumped whenever a spec field starts to mean different arithmetic, so that a resumed run never reuses a training
+# made under the old meaning. 2: `amp` autocasts on CPU too (before, on CUDA only).
+NUMERICS = 2
+
+
 @dataclass(frozen=True)
 class OptimizerSpec:
     name: str = "sgd"
@@ -55,7 +60,7 @@ class ExperimentSpec:
     split_seed: int = 0  # fixes the train/val/test split for every trial
     seed: int = 0  # the first trial seed; --seeds S uses seed .. seed+S-1
     device: str = "auto"
-    amp: bool = True  # bf16 autocast, on CUDA only
+    amp: bool = True  # bf16 autocast of the forward pass, on CUDA and on CPU
     channels_last: bool = True  # image models on CUDA only
     compile: bool = False  # torch.compile the model (CUDA)
     score_batches: int = 8  # batches whose gradients the gradient pruners accumulate
@@ -101,6 +106,7 @@ class ExperimentSpec:
         if d["schedule"]["name"] == "silo":
             d["schedule"]["name"] = "warmup"
         d["schedule"].pop("silo")
+        d["numerics"] = NUMERICS
         return hashlib.sha256(json.dumps(d | self._source_hashes(), sort_keys=True).encode()).hexdigest()[:16]
 
     def _source_hashes(self) -> dict[str, str | None]:
