@@ -33,6 +33,7 @@ ROW_METRICS = ("cycle", "seed", "max_lr", "density", "val_acc", "test_acc", "bes
 # `ray up` hands the autoscaler this file on the head (cluster.yaml: --autoscaling-config), resources filled in.
 AUTOSCALER_CONFIG = Path.home() / "ray_bootstrap_config.yaml"
 IDLE_WAIT_S = 2.0  # how long the searcher holds Tune's idle poll open for the driver's next batch
+KEEP_IDLE_S = 60.0  # idle trial actors are kept while the driver wanted that many within this window
 ABORT_JOIN_S = 20.0  # how long an interrupted run waits for Tune to stop its trials
 
 
@@ -148,17 +149,18 @@ class TrialQueue(Searcher):
         super().__init__()
         self.pending: deque[dict] = deque()  # trial configs not yet handed to Tune
         self.live: set[str] = set()  # Tune trial ids handed out and not yet complete
-        self.demand = 0  # size of the driver's latest batch: how many actors it will want again
+        # (time, trials wanted) with decreasing counts: the most trials in flight or queued at once within the
+        # last KEEP_IDLE_S seconds is peaks[0] (a sliding-window maximum)
+        self.peaks: deque[tuple[float, int]] = deque()
         self.resources = None  # the trials' placement group factory, once one started
         self.extra = 0  # idle actors kept beyond Tune's own count (see `warm_actors`)
         self.closed = False
         self.ready = threading.Condition()
 
-    def put(self, configs: list[dict], batch: bool = True) -> None:
+    def put(self, configs: list[dict]) -> None:
         with self.ready:
             self.pending.extend(configs)
-            if batch:
-                self.demand = len(configs)
+            self._note_demand()
             self.ready.notify_all()
 
     def close(self, drop: bool = False) -> None:
@@ -184,11 +186,33 @@ class TrialQueue(Searcher):
         with self.ready:
             self.live.discard(trial_id)
 
-    def idle_wanted(self) -> int:
-        """Idle actors worth keeping beyond Tune's own count of staged trials: enough to give the driver's
-        latest batch size of actors again, or the trials still queued here; more are released."""
+    def _note_demand(self) -> int:
+        """Record the trials wanted now (in flight or queued); return the most wanted within KEEP_IDLE_S."""
+        now, wanted = time.monotonic(), len(self.live) + len(self.pending)
+        while self.peaks and self.peaks[-1][1] <= wanted:
+            self.peaks.pop()
+        self.peaks.append((now, wanted))
+        while now - self.peaks[0][0] > KEEP_IDLE_S:
+            self.peaks.popleft()
+        return self.peaks[0][1]
+
+    def actors_wanted(self) -> int:
+        """How many actors the driver has wanted at once within the last KEEP_IDLE_S seconds (0 once closed)."""
         with self.ready:
-            return 0 if self.closed else max(self.demand - len(self.live), len(self.pending))
+            return 0 if self.closed else self._note_demand()
+
+    def idle_wanted(self) -> int:
+        """Idle actors worth keeping beyond Tune's own count of staged trials: those the driver wanted within
+        the last KEEP_IDLE_S seconds, less its trials in flight; more are released.
+
+        Released too early, an actor is hard to get back: Tune hands a pending trial to a cached actor the
+        moment one frees up and cancels the new actor it had asked for, so while a trial is shorter than an
+        actor's start (seconds: a worker process importing torch) no new actor ever starts, and a run that
+        shrank to one actor between two batches stayed at one (measured: the main job's later phases ran one
+        trial at a time on 2 CPUs). Kept for a while, they bridge the driver's short gaps; released after it,
+        a cluster can still scale down while a long narrow phase runs."""
+        with self.ready:
+            return 0 if self.closed else max(0, self._note_demand() - len(self.live))
 
     def save(self, checkpoint_path: str) -> None:  # the ledger, not Tune's experiment state, resumes runs
         pass
@@ -234,9 +258,9 @@ def warm_actors() -> Iterator[bool]:
     Between two cycles nothing is staged for a moment (the next cycle waits for the selection), so Tune kept one
     actor and the next cycle started cold ones: on a 2-core machine that cost more than the trials. No public
     option changes this, so one private method, `TuneController._cleanup_cached_actors`, is wrapped: it still
-    runs, with the cache allowed `TrialQueue.idle_wanted()` extra idle actors (the driver's latest batch size
-    less its trials in flight), so idle actors beyond what the driver asks for are released and a cluster can
-    scale down while a run drains. Other experiments in the process see the original; the wrapper is removed
+    runs, with the cache allowed `TrialQueue.idle_wanted()` extra idle actors (the most trials the driver wanted
+    at once within the last KEEP_IDLE_S seconds, less its trials in flight), so idle actors beyond what the
+    driver recently asked for are released and a cluster can scale down while a run drains. Other experiments in the process see the original; the wrapper is removed
     when the last experiment using it ends. On an untested Ray it is not applied: plain `reuse_actors`, slower.
     """
     global _warned
@@ -264,7 +288,7 @@ def warm_actors() -> Iterator[bool]:
                     return original(controller, force_all=force_all)
                 finally:
                     # Until the next step, let the cache take every actor that finishes; the step trims it.
-                    _keep_idle(controller, queue, 0 if force_all or queue.closed else queue.demand)
+                    _keep_idle(controller, queue, 0 if force_all else queue.actors_wanted())
 
             TuneController._cleanup_cached_actors = cleanup
         _warm["users"] += 1
@@ -516,7 +540,7 @@ class Runner:
         attempt = config.get("attempt", 0) + 1
         if attempt <= self.max_failures and self._queue is not None:
             self.progress.say(f"  trial {config['key']} {why}; retrying ({attempt} of {self.max_failures})")
-            self._queue.put([config | {"attempt": attempt}], batch=False)
+            self._queue.put([config | {"attempt": attempt}])
             return
         with self._done:
             self._failed[config["key"]] = why

@@ -137,7 +137,7 @@ def record_pid(log: str, config: dict) -> None:
     cycle_trainable(config)
 
 
-def pids(log: Path, keys: str) -> set[int]:
+def pids(log: Path, keys: str | set[str]) -> set[int]:
     return {int(p.suffix[1:]) for p in log.iterdir() if p.stem in keys}
 
 
@@ -147,9 +147,14 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_batches_reuse_the_same_worker_processes_and_idle_ones_beyond_the_batch_are_released(ray_local, tmp_path):
+def test_batches_reuse_the_same_worker_processes_and_idle_ones_beyond_the_batch_are_released(ray_local, tmp_path,
+                                                                                            monkeypatch):
     from ray.tune.execution.tune_controller import TuneController
 
+    from oracle_search import engine
+
+    # Idle actors are kept 2 s after the driver last wanted them (60 s by default), so the test sees a release.
+    monkeypatch.setattr(engine, "KEEP_IDLE_S", 2.0)
     private = {name: getattr(TuneController, name) for name in
                ("_cleanup_cached_actors", "_maybe_cache_trial_actor", "_update_trial_queue")}
     log = tmp_path / "pids"
@@ -162,14 +167,33 @@ def test_batches_reuse_the_same_worker_processes_and_idle_ones_beyond_the_batch_
         r.run([trial("c", seed=0), trial("d", seed=1)])
         first, second = pids(log, "ab"), pids(log, "cd")
         assert len(first) == 2 and second == first  # the second batch ran in the first batch's actors
-        r.run([trial("e", seed=2)])
-        (kept,) = pids(log, "e")
+        # Batches of one, past the window: Tune trims its cache at each step, and it steps while trials run.
+        started, n = time.monotonic(), 0
+        while time.monotonic() - started < 2 * engine.KEEP_IDLE_S:
+            r.run([trial(f"e{n}", seed=2 + n)])
+            n += 1
+        (kept,) = pids(log, {f"e{n - 1}"})
         deadline = time.monotonic() + 30
         while any(alive(p) for p in first - {kept}) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert kept in first and alive(kept)
         assert not any(alive(p) for p in first - {kept})  # a batch of one keeps one actor, releases the other
     assert all(getattr(TuneController, n) is f for n, f in private.items())  # restored once the run ended
+
+
+@pytest.mark.slow
+def test_after_a_batch_of_one_the_next_batch_runs_on_every_actor_again(ray_local, tmp_path):
+    """A batch of one between two wide ones (a silo_fit trial's last cycle, a reused training) must not leave the
+    run on one actor: Tune hands pending trials to a cached actor first and cancels a new one's start, so an
+    actor released here never came back while trials were shorter than an actor's start."""
+    log = tmp_path / "pids"
+    log.mkdir()
+    with runner(tmp_path / "run", trainable=partial(record_pid, str(log))) as r:
+        r.run([trial("a", seed=0), trial("b", seed=1)])
+        r.run([trial("c", seed=2)])
+        r.run([trial(key, seed=seed) for seed, key in enumerate("defg", start=3)])
+    first = pids(log, "ab")
+    assert len(first) == 2 and pids(log, "defg") == first
 
 
 @pytest.mark.slow
