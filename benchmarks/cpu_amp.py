@@ -31,7 +31,7 @@ from oracle_search.selection import inside
 from trainables.cycle import train_step
 from trainables.models import build_model
 from trainables.presets import PRESETS
-from trainables.pruning import full_masks
+from trainables.pruning import MaskedWeights, full_masks
 
 KEY = ["cycle", "seed", "max_lr"]
 
@@ -41,15 +41,15 @@ def step_ms(amp: bool, steps: int = 400) -> float:
     spec = dataclasses.replace(PRESETS["mnist1d-mlp"].spec, amp=amp, device="cpu")
     torch.manual_seed(0)
     model = build_model(spec.model, (40,), 10)
-    masks = full_masks(model)
+    masked = MaskedWeights(model, full_masks(model))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     x, y = torch.randn(spec.batch_size, 40), torch.randint(0, 10, (spec.batch_size,))
     cpu = torch.device("cpu")
     for _ in range(50):
-        train_step(model, model, optimizer, masks, x, y, spec, cpu)
+        train_step(model, optimizer, masked, x, y, spec, cpu)
     start = time.perf_counter()
     for _ in range(steps):
-        train_step(model, model, optimizer, masks, x, y, spec, cpu)
+        train_step(model, optimizer, masked, x, y, spec, cpu)
     return (time.perf_counter() - start) / steps * 1e3
 
 

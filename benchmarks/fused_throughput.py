@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a bare 
 from trainables.cycle import make_optimizer, train_step  # noqa: E402
 from trainables.fused import Fused, FusedOptimizer, fused_step  # noqa: E402
 from trainables.models import MODELS  # noqa: E402
-from trainables.pruning import full_masks  # noqa: E402
+from trainables.pruning import MaskedWeights, full_masks  # noqa: E402
 from trainables.spec import ExperimentSpec  # noqa: E402
 
 Batches = list[tuple[torch.Tensor, torch.Tensor]]
@@ -57,12 +57,12 @@ def separate_seconds(spec: ExperimentSpec, model: nn.Module, k: int, batches: Ba
         net.load_state_dict(model.state_dict())
         if device.type == "cuda":
             net = net.to(memory_format=torch.channels_last)
-        masks = {n: m.to(device) for n, m in full_masks(net).items()}
+        masked = MaskedWeights(net, {n: m.to(device) for n, m in full_masks(net).items()})
         optimizer = make_optimizer(spec.optimizer, net.parameters(), 0.01 * (i + 1))
         net.train()
 
         def step(x: torch.Tensor, y: torch.Tensor) -> None:
-            train_step(net, net, optimizer, masks, x, y, spec, device)
+            train_step(net, optimizer, masked, x, y, spec, device)
 
         total += timed(step, batches, warmup, steps, device)
         del net, optimizer

@@ -21,7 +21,7 @@ from torchvision import transforms
 
 from trainables.data import CIFAR_MEAN, CIFAR_STD, TensorData
 from trainables.models import MODELS
-from trainables.pruning import apply_masks, full_masks, mask_gradients
+from trainables.pruning import MaskedWeights, full_masks
 
 CIFAR_MODELS = ("resnet20", "vgg19_bn", "densenet40", "mobilenetv2", "alexnet")
 Batches = Iterator[tuple[torch.Tensor, torch.Tensor]]
@@ -72,7 +72,7 @@ def throughput(name: str, batches: Batches, device: torch.device, warmup: int, s
     if cuda:
         model = model.to(memory_format=torch.channels_last)
     forward = torch.compile(model) if compile else model
-    masks = {n: m.to(device) for n, m in full_masks(model).items()}
+    masked = MaskedWeights(model, {n: m.to(device) for n, m in full_masks(model).items()})
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
     model.train()
 
@@ -83,9 +83,9 @@ def throughput(name: str, batches: Batches, device: torch.device, warmup: int, s
             loss = nn.functional.cross_entropy(forward(x), y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        mask_gradients(model, masks)
+        masked.mask_gradients()
         optimizer.step()
-        apply_masks(model, masks)
+        masked.apply()
 
     for x, y in itertools.islice(batches, warmup):
         step(x, y)

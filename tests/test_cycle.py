@@ -13,7 +13,7 @@ from trainables.cycle import _prepare, run_cycle, train_step
 from trainables.data import load_data
 from trainables.models import build_model
 from trainables.presets import PRESETS
-from trainables.pruning import prunable
+from trainables.pruning import MaskedWeights, prunable
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: as a 1-CPU trial runs
 
@@ -171,7 +171,8 @@ def test_amp_autocasts_the_forward_pass_on_cpu_too(amp):
     model[1].register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
     masks = {n: torch.ones_like(p, dtype=torch.bool) for n, p in prunable(model).items()}
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    loss = train_step(model, model, optimizer, masks, torch.randn(4, 8), torch.tensor([0, 1, 2, 0]), spec, CPU)
+    loss = train_step(model, optimizer, MaskedWeights(model, masks), torch.randn(4, 8), torch.tensor([0, 1, 2, 0]),
+                      spec, CPU)
     assert seen == [torch.bfloat16 if amp else torch.float32]
     assert loss.dtype == torch.float32 and all(p.dtype == torch.float32 for p in model.parameters())
     assert dataclasses.replace(TINY, amp=not amp).training_fingerprint() != spec.training_fingerprint()

@@ -18,7 +18,7 @@ from trainables.cycle import make_optimizer, run_cycle, train_step
 from trainables.fused import Fused, FusedOptimizer, fused_step, run_fused_cycle
 from trainables.models import MODELS
 from trainables.presets import PRESETS
-from trainables.pruning import apply_masks, prunable
+from trainables.pruning import MaskedWeights, apply_masks, prunable
 from trainables.spec import ExperimentSpec, OptimizerSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: as a 1-CPU trial runs
@@ -43,9 +43,10 @@ def _separate_steps(model: nn.Module, masks, o: OptimizerSpec, lr: float, batche
     """What run_cycle does: torch.optim at `lr`, masked gradients, re-zeroed weights, for each batch."""
     model = copy.deepcopy(model).train()
     optimizer = make_optimizer(o, model.parameters(), lr)
+    masked = MaskedWeights(model, masks)
     losses = []
     for x, y in batches:
-        losses.append(train_step(model, model, optimizer, masks, x, y, CPU_SPEC, torch.device("cpu")).item())
+        losses.append(train_step(model, optimizer, masked, x, y, CPU_SPEC, torch.device("cpu")).item())
     return model.state_dict(), losses
 
 

@@ -11,11 +11,11 @@ from torchvision.models import VisionTransformer
 
 from oracle_search.cli import build_parser, spec_from_args
 from trainables.checkpoints import load_checkpoint
-from trainables.cycle import _prepare, run_cycle
+from trainables.cycle import _prepare, run_cycle, train_step
 from trainables.data import load_data
 from trainables.models import MODELS
 from trainables.presets import PRESETS
-from trainables.pruning import (PRUNERS, apply_masks, density, full_masks, mask_gradients, prunable, prune,
+from trainables.pruning import (PRUNERS, MaskedWeights, density, full_masks, prunable, prune,
                                 weight_masks)
 from trainables.spec import ExperimentSpec, SpecError
 
@@ -486,12 +486,9 @@ def test_structured_silences_removed_channels_through_retraining():
     dead0, dead3 = ~masks["0.weight"].any(1), ~masks["3.weight"].any(1)
     assert int(dead0.sum()) == 1 and int(dead3.sum()) == 2
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
-    for x, y in list(batches()) * 3:  # the cycle's step: mask the gradients, step, re-apply the masks
-        optimizer.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        mask_gradients(model, masks)
-        optimizer.step()
-        apply_masks(model, masks)
+    masked, spec = MaskedWeights(model, masks), ExperimentSpec(device="cpu", amp=False)
+    for x, y in list(batches()) * 3:  # the cycle's own step: mask the gradients, step, re-apply the masks
+        train_step(model, optimizer, masked, x, y, spec, torch.device("cpu"))
     for name, dead in (("0.bias", dead0), ("1.weight", dead0), ("1.bias", dead0), ("3.bias", dead3)):
         param = dict(model.named_parameters())[name]
         assert torch.all(param[dead] == 0), name

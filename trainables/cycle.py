@@ -20,7 +20,7 @@ from torch import nn
 from trainables.checkpoints import CheckpointError, checkpoint_hash, load_checkpoint, save_checkpoint
 from trainables.data import TensorData, load_data
 from trainables.models import build_model
-from trainables.pruning import Masks, apply_masks, density, full_masks, mask_gradients, prunable, prune
+from trainables.pruning import Masks, MaskedWeights, apply_masks, density, full_masks, prunable, prune
 from trainables.schedules import cycle_peak, lr_at
 from trainables.spec import ExperimentSpec, OptimizerSpec
 
@@ -154,16 +154,16 @@ def _prepare(spec: ExperimentSpec, cycle: int, seed: int, start_checkpoint: str 
     return model, masks, state.get("rewind"), checkpoint_hash(start_checkpoint)
 
 
-def train_step(model: nn.Module, forward: nn.Module, optimizer: torch.optim.Optimizer, masks: Masks,
+def train_step(forward: nn.Module, optimizer: torch.optim.Optimizer, masked: MaskedWeights,
                x: torch.Tensor, y: torch.Tensor, spec: ExperimentSpec, device: torch.device) -> torch.Tensor:
     """One optimizer step on a batch, pruned weights kept at zero; returns the detached loss (no GPU sync)."""
     with _autocast(device, spec):
         loss = nn.functional.cross_entropy(forward(_layout(x, spec, device)), y)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    mask_gradients(model, masks)
+    masked.mask_gradients()
     optimizer.step()
-    apply_masks(model, masks)  # weight decay and momentum must not revive pruned weights
+    masked.apply()  # weight decay and momentum must not revive pruned weights
     return loss.detach()
 
 
@@ -185,6 +185,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
 
     peak = cycle_peak(spec.schedule, cycle, spec.rate, max_lr)
     optimizer = make_optimizer(spec.optimizer, model.parameters(), peak)
+    masked = MaskedWeights(model, masks)
     steps_per_epoch = math.ceil(data.size("train") / spec.batch_size)
     total = spec.epochs * steps_per_epoch
     # The same data order for every max_lr of a (seed, cycle): grid points differ only in their LR.
@@ -199,7 +200,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
             lr = lr_at(step, total, peak, spec.schedule)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            epoch_loss += train_step(model, forward, optimizer, masks, x, y, spec, device)
+            epoch_loss += train_step(forward, optimizer, masked, x, y, spec, device)
             step += 1
         epochs_run = epoch
         # One check per epoch, not per step: a per-step check would force a GPU sync in the hot loop.

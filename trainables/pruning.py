@@ -87,11 +87,25 @@ def apply_masks(model: nn.Module, masks: Masks) -> None:
         params[name].mul_(mask)
 
 
-def mask_gradients(model: nn.Module, masks: Masks) -> None:
-    params = dict(model.named_parameters())
-    for name, mask in masks.items():
-        if params[name].grad is not None:
-            params[name].grad.mul_(mask)
+class MaskedWeights:
+    """A model's masked parameters paired with their masks once per training, for the hot loop. Each mask is
+    stored in its parameter's dtype and memory layout: multiplying by a bool mask converts it at every step,
+    which cost 14 % of the §3.1 MLP's bf16 training step on a CPU (0.98 ms against 0.84 ms)."""
+
+    def __init__(self, model: nn.Module, masks: Masks):
+        params = dict(model.named_parameters())
+        self.pairs = [(params[name], torch.empty_like(params[name]).copy_(mask)) for name, mask in masks.items()]
+
+    def mask_gradients(self) -> None:
+        for param, mask in self.pairs:
+            if param.grad is not None:
+                param.grad.mul_(mask)
+
+    @torch.no_grad()
+    def apply(self) -> None:
+        """Pruned weights back to zero (after an optimizer step: weight decay and momentum move them)."""
+        for param, mask in self.pairs:
+            param.mul_(mask)
 
 
 # --- scores: higher = more important ---------------------------------------------------------------------------
