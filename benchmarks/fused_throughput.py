@@ -74,7 +74,7 @@ def fused_seconds(spec: ExperimentSpec, model: nn.Module, k: int, batches: Batch
     """The same K candidates as one fused network, one fused step per batch."""
     fused = Fused.replicate(model, k)
     fused.train()
-    masks = {n: m.to(device) for n, m in full_masks(model).items()}
+    masks = {n: m.to(device, fused.params[n].dtype) for n, m in full_masks(model).items()}  # as run_fused_cycle's
     optimizer = FusedOptimizer(spec.optimizer, fused.params)
     lr = torch.tensor([0.01 * (i + 1) for i in range(k)], device=device)
     return timed(lambda x, y: fused_step(fused, optimizer, masks, x, y, lr, spec, device), batches, warmup,

@@ -213,6 +213,8 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
     fused = Fused.replicate(model, k)
     optimizer = FusedOptimizer(spec.optimizer, fused.params)
     lr_dtype = next(iter(fused.params.values())).dtype
+    # In the parameters' dtype once, as run_cycle's MaskedWeights: a bool mask would be converted at every step.
+    step_masks = {name: mask.to(fused.params[name].dtype) for name, mask in masks.items()}
     steps_per_epoch = -(-data.size("train") // spec.batch_size)
     total = spec.epochs * steps_per_epoch
     # The same data order as run_cycle's for this (seed, cycle): every candidate sees the same batches.
@@ -230,7 +232,7 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
         table = torch.tensor([[lr_at(t, total, peaks[c], spec.schedule) for c in active]
                               for t in range(step, step + steps_per_epoch)], dtype=lr_dtype, device=device)
         for i, (x, y) in enumerate(data.batches("train", spec.batch_size, generator)):
-            epoch_loss += fused_step(fused, optimizer, masks, x, y, table[i], spec, device)
+            epoch_loss += fused_step(fused, optimizer, step_masks, x, y, table[i], spec, device)
         step += steps_per_epoch
         for c in active:
             epochs_run[c] = epoch
