@@ -261,7 +261,8 @@ def warm_actors() -> Iterator[bool]:
     runs, with the cache allowed `TrialQueue.idle_wanted()` extra idle actors (the most trials the driver wanted
     at once within the last KEEP_IDLE_S seconds, less its trials in flight), so idle actors beyond what the
     driver recently asked for are released and a cluster can scale down while a run drains. Other experiments
-    in the process see the original; the wrapper is removed when the last experiment using it ends. On an untested Ray it is not applied: plain `reuse_actors`, slower.
+    in the process see the original; the wrapper is removed when the last experiment using it ends. On an
+    untested Ray it is not applied: plain `reuse_actors`, slower.
     """
     global _warned
     from ray.tune.execution.tune_controller import TuneController
