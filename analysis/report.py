@@ -11,12 +11,12 @@ import pandas as pd
 
 from analysis import figures, render
 from analysis.study_figures import study_figures
-from analysis.files import read_results, read_spec, write_atomic
+from analysis.files import read_results, read_spec
 from analysis.intervals import oracle_intervals, seed_intervals
 from analysis.select import densities, pruning_rate, silo_methods, silo_params
 from analysis.tables import (Table, accuracy_table, best_per_density, cost_table, headline, oracle_table,
                              seed_table, statistics_source, statistics_table, values_table)
-from oracle_search.schema import REQUIRED, results_frame
+from oracle_search.schema import REQUIRED, atomic_write_bytes, results_frame
 from oracle_search.selection import TOLERANCE
 
 THEORY = {"sigma_x": 1.0, "sigma_w": 1.0}  # Theorem 1's σ_X, σ_W; d comes from the spec (default: MNIST-1D's 40)
@@ -226,9 +226,9 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE) -> dict[str, Pa
         for t in s.tables:
             for ext, text in (("csv", t.data.to_csv(index=False)), ("md", render.markdown(t.cells, t.bold)),
                               ("tex", render.latex(t.cells, t.bold))):
-                written[f"tables/{t.name}.{ext}"] = write_atomic(out_dir / "tables" / f"{t.name}.{ext}", text)
+                written[f"tables/{t.name}.{ext}"] = atomic_write_bytes(out_dir / "tables" / f"{t.name}.{ext}", text)
         for p in s.plots:
-            written[f"figures/{p.name}.png"] = write_atomic(out_dir / "figures" / f"{p.name}.png", p.png)
-    written["report.md"] = write_atomic(out_dir / "report.md", _markdown(title, spec, sections))
-    written["report.html"] = write_atomic(out_dir / "report.html", _html(title, spec, sections))
+            written[f"figures/{p.name}.png"] = atomic_write_bytes(out_dir / "figures" / f"{p.name}.png", p.png)
+    written["report.md"] = atomic_write_bytes(out_dir / "report.md", _markdown(title, spec, sections))
+    written["report.html"] = atomic_write_bytes(out_dir / "report.html", _html(title, spec, sections))
     return written

@@ -24,7 +24,7 @@ from ray.tune.search import Searcher
 from oracle_search.progress import Progress
 from oracle_search.schema import atomic_write_json, write_results
 from trainables.plugins import record_sources, runtime_env
-from trainables.spec import ExperimentSpec
+from trainables.spec import NUMERICS, ExperimentSpec, SpecError
 from trainables.tune_adapter import any_cycle_trainable
 
 ROW_METRICS = ("cycle", "seed", "max_lr", "density", "val_acc", "test_acc", "best_epoch", "epochs", "seconds",
@@ -62,6 +62,22 @@ class Ledger:
     def __init__(self, out: Path):
         self.dir = out / "ledger"
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._check_numerics()
+
+    def _check_numerics(self) -> None:
+        """Rows are reused by key, so a ledger written under older arithmetic (`trainables.spec.NUMERICS`) is
+        refused rather than mixed with new trainings; a new ledger records the version it is written under."""
+        stamp = self.dir / "numerics"
+        if stamp.exists():
+            version = int(stamp.read_text())
+        elif any(self.dir.glob("*.json")):
+            version = 1  # written before the version was recorded
+        else:
+            stamp.write_text(str(NUMERICS))
+            return
+        if version != NUMERICS:
+            raise SpecError("out", f"{self.dir.parent} holds trainings made with an older version's arithmetic "
+                            f"(numerics {version}, now {NUMERICS}); use a new --out")
 
     def _path(self, key: str) -> Path:
         return self.dir / f"{key}.json"

@@ -40,7 +40,7 @@ from oracle_search.engine import Runner, RunFailed
 from oracle_search.oracle import cycle_trial
 from oracle_search.schema import Method, Stage
 from trainables.schedules import SiloParams
-from trainables.spec import ExperimentSpec, Resources, SpecError
+from trainables.spec import NUMERICS, ExperimentSpec, Resources, SpecError
 
 METHOD = Method.SILO_FIT.value
 ACTIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)  # what counts toward --trials
@@ -88,10 +88,12 @@ class Heartbeat:
 
 def fingerprint(spec: ExperimentSpec, seeds: list[int], target: int) -> str:
     """Everything that changes a fitter trial's value: the science of the spec (not its name, resources, device or
-    data folder), the seeds averaged and the objective's cycle."""
+    data folder), the seeds averaged, the objective's cycle and the arithmetic version (a study on a shared
+    storage outlives any one --out and its ledger)."""
     science = dataclasses.replace(spec.with_schedule(name="silo"), preset="", data_dir=None, device="auto",
                                   resources=Resources()).to_dict()
-    blob = json.dumps({"spec": science, "seeds": list(seeds), "target": target}, sort_keys=True)
+    blob = json.dumps({"spec": science, "seeds": list(seeds), "target": target, "numerics": NUMERICS},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 

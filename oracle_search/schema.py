@@ -107,12 +107,19 @@ FLAGS = ("diverged", "selected", "stopped_early", "reused")
 SORT = ["method", "stage", "schedule", "seed", "cycle", "study_trial", "max_lr"]
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes | str) -> Path:
+    """Write `data` to `path` through a temporary file in the same folder and os.replace: a reader never sees
+    half a file, and a failed write leaves neither the file nor its temporary."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
 
 
 def atomic_write_json(path: Path, obj) -> None:

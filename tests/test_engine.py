@@ -19,7 +19,7 @@ from ray import cloudpickle, tune
 from oracle_search import schema
 from oracle_search.engine import Ledger, Progress, RunFailed, Runner, Training
 from trainables.presets import PRESETS
-from trainables.spec import Resources
+from trainables.spec import NUMERICS, Resources, SpecError
 from trainables.tune_adapter import cycle_trainable
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this test module
@@ -50,7 +50,8 @@ def test_ledger_records_one_file_per_trial_and_reads_them_back(tmp_path):
     ledger.record({"key": "b", "val_acc": 3.0, "selected": True})  # a later record replaces the row
     assert ledger.get("b") == {"key": "b", "val_acc": 3.0, "selected": True}
     assert [r["key"] for r in ledger.rows()] == ["a", "b"]
-    assert sorted(p.name for p in (tmp_path / "ledger").iterdir()) == ["a.json", "b.json"]  # no temp files left
+    # no temp files left; `numerics` records the arithmetic the rows were trained with
+    assert sorted(p.name for p in (tmp_path / "ledger").iterdir()) == ["a.json", "b.json", "numerics"]
 
 
 def test_ledger_record_is_atomic(tmp_path, monkeypatch):
@@ -128,6 +129,19 @@ def test_a_rerun_trains_only_the_trials_missing_from_the_ledger(ray_local, tmp_p
     assert second["c"]["trial_id"] not in {row["trial_id"] for row in first.values()}
     assert trial_dirs(tmp_path) == ["a", "b", "c"]  # a and b ran once, in the first experiment
     assert r.write_results()["key"].tolist() == ["a", "b", "c"]
+
+
+def test_a_ledger_from_older_arithmetic_is_refused_and_a_new_one_records_its_version(tmp_path):
+    Ledger(tmp_path / "new").record({"key": "a", "val_acc": 80.0})
+    assert (tmp_path / "new" / "ledger" / "numerics").read_text() == str(NUMERICS)
+    assert [row["key"] for row in Ledger(tmp_path / "new").rows()] == ["a"]  # the same version: it resumes
+    old = tmp_path / "old" / "ledger"  # rows written before the version was recorded: version 1
+    old.mkdir(parents=True)
+    (old / "a.json").write_text(json.dumps({"key": "a", "val_acc": 80.0}))
+    with pytest.raises(SpecError) as err:
+        Ledger(tmp_path / "old")
+    assert err.value.field == "out" and "numerics 1" in str(err.value)
+    assert not (old / "numerics").exists()  # nothing written
 
 
 # --- warm actors, on Tune's public surface plus one scoped hook --------------------------------------------------

@@ -99,6 +99,14 @@ class FusedOptimizer:
     alpha = 0.99  # RMSprop's default
     eps = 1e-8  # Adam's and RMSprop's default
 
+    def _zero_state(self) -> tuple[str, ...]:
+        """The buffers an update starts from zero (SGD's momentum starts as the first gradient instead)."""
+        if self.spec.name == "adam":
+            return ("exp_avg", "exp_avg_sq")
+        if self.spec.name == "rmsprop":
+            return ("square_avg", "momentum") if self.spec.momentum > 0 else ("square_avg",)
+        return ()
+
     @torch.no_grad()
     def step(self, lr: torch.Tensor) -> None:
         """One update; `lr` holds one learning rate per slot."""
@@ -111,6 +119,8 @@ class FusedOptimizer:
             grad = p.grad.add_(p, alpha=o.weight_decay) if o.weight_decay != 0 else p.grad  # in place: the
             # gradient is not read again, and K copies of a big network leave no room for a temporary
             s = self.state.setdefault(name, {})
+            if not s:  # zeros once: a `setdefault` default would be allocated, and dropped, at every step
+                s.update({k: torch.zeros_like(p) for k in self._zero_state()})
             if o.name == "sgd":
                 if o.momentum != 0:
                     if "momentum" not in s:
@@ -121,18 +131,17 @@ class FusedOptimizer:
                 p.addcmul_(grad, lr_p, value=-1)
             elif o.name == "adam":
                 b1, b2 = self.betas
-                m = s.setdefault("exp_avg", torch.zeros_like(p))
-                v = s.setdefault("exp_avg_sq", torch.zeros_like(p))
+                m, v = s["exp_avg"], s["exp_avg_sq"]
                 m.lerp_(grad, 1 - b1)
                 v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
                 denom = (v.sqrt() / (1 - b2 ** self.steps) ** 0.5).add_(self.eps)
                 p.sub_(m.div(denom).mul_(lr_p / (1 - b1 ** self.steps)))
             else:  # rmsprop
-                sq = s.setdefault("square_avg", torch.zeros_like(p))
+                sq = s["square_avg"]
                 sq.mul_(self.alpha).addcmul_(grad, grad, value=1 - self.alpha)
                 avg = sq.sqrt().add_(self.eps)
                 if o.momentum > 0:
-                    buf = s.setdefault("momentum", torch.zeros_like(p))
+                    buf = s["momentum"]
                     buf.mul_(o.momentum).addcdiv_(grad, avg)
                     p.addcmul_(buf, lr_p, value=-1)
                 else:

@@ -16,8 +16,9 @@ WEIGHT_POLICIES = ("continue", "rewind", "reinit")
 DEVICES = ("auto", "cpu", "cuda")
 
 
-# Bumped whenever a spec field starts to mean different arithmetic, so that a resumed run never reuses a training
-# made under the old meaning. 2: `amp` autocasts on CPU too (before, on CUDA only).
+# Bumped whenever a spec field starts to mean different arithmetic. A run's ledger records it (engine.Ledger) and
+# a study's name holds it (fitter.fingerprint), so no resumed run reuses a training made under the old meaning.
+# 2: `amp` autocasts on CPU too (before, on CUDA only).
 NUMERICS = 2
 
 
@@ -106,7 +107,6 @@ class ExperimentSpec:
         if d["schedule"]["name"] == "silo":
             d["schedule"]["name"] = "warmup"
         d["schedule"].pop("silo")
-        d["numerics"] = NUMERICS
         return hashlib.sha256(json.dumps(d | self._source_hashes(), sort_keys=True).encode()).hexdigest()[:16]
 
     def _source_hashes(self) -> dict[str, str | None]:

@@ -6,7 +6,7 @@ import dataclasses
 import math
 import tempfile
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -31,44 +31,16 @@ def trial_device(spec: ExperimentSpec) -> ExperimentSpec:
     return dataclasses.replace(spec, device="cuda" if use_cuda else "cpu")
 
 
-def cycle_trainable(config: dict[str, Any]) -> None:
-    """Config keys: spec, cycle, max_lr, seed, start_checkpoint (path or URI, or None), key.
-
-    Reports after each epoch `{"final": False, "cycle", "epoch", "timesteps_total" (= epoch), "epoch_val_acc",
-    "train_loss", "lr"}` without a checkpoint (the curves in TensorBoard and other loggers), at most once every
-    EPOCH_REPORT_EVERY_S, then last the cycle's row with `"final": True` and the checkpoint. Only the final report
-    carries `val_acc`; a driver records only that one."""
+def _trial_spec(config: dict[str, Any]) -> ExperimentSpec:
+    """The config's spec on this trial's device, torch limited to the trial's CPU share (not the whole machine)."""
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
-    torch.set_num_threads(max(1, int(cpus)))  # the trial's CPU share, not the whole machine
-    spec = trial_device(config["spec"])
-    start = config.get("start_checkpoint")
-    # A local path is used in place; a cloud URI is downloaded to a temporary folder first.
-    opened = tune.Checkpoint(start).as_directory() if start else nullcontext(None)
+    torch.set_num_threads(max(1, int(cpus)))
+    return trial_device(config["spec"])
 
-    last_report = -math.inf
 
-    def report_epoch(m: dict) -> None:
-        nonlocal last_report
-        if time.monotonic() - last_report < EPOCH_REPORT_EVERY_S:
-            return
-        last_report = time.monotonic()
-        # timesteps_total is the step Tune's TensorBoard, MLflow and wandb loggers plot against.
-        tune.report({"final": False, "cycle": config["cycle"], "epoch": m["epoch"], "timesteps_total": m["epoch"],
-                     "epoch_val_acc": m["val_acc"], "train_loss": m["train_loss"], "lr": m["lr"]})
-
-    with opened as start_dir, tempfile.TemporaryDirectory() as work:
-        try:
-            result = run_cycle(spec, cycle=config["cycle"], max_lr=config["max_lr"], seed=config["seed"],
-                               start_checkpoint=start_dir, checkpoint_dir=Path(work) / "checkpoint",
-                               on_epoch=report_epoch)
-        except CheckpointError as err:
-            if start_dir == start:
-                raise
-            raise CheckpointError(f"{start}: {err}") from err  # name the URI, not its temporary local copy
-        metrics = result.row() | {"final": True, "key": config.get("key", ""),
-                                  "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                                  "node_id": ray.get_runtime_context().get_node_id()}
-        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(result.checkpoint))
+def _placement() -> dict[str, Any]:
+    """Where the trial ran: the results table's gpu_ids and node_id."""
+    return {"gpu_ids": [str(g) for g in ray.get_gpu_ids()], "node_id": ray.get_runtime_context().get_node_id()}
 
 
 @contextmanager
@@ -85,6 +57,33 @@ def _local_start(start: str | None) -> Iterator[str | None]:
             if local == start:
                 raise
             raise CheckpointError(f"{start}: {err}") from err
+
+
+def cycle_trainable(config: dict[str, Any]) -> None:
+    """Config keys: spec, cycle, max_lr, seed, start_checkpoint (path or URI, or None), key.
+
+    Reports after each epoch `{"final": False, "cycle", "epoch", "timesteps_total" (= epoch), "epoch_val_acc",
+    "train_loss", "lr"}` without a checkpoint (the curves in TensorBoard and other loggers), at most once every
+    EPOCH_REPORT_EVERY_S, then last the cycle's row with `"final": True` and the checkpoint. Only the final report
+    carries `val_acc`; a driver records only that one."""
+    spec = _trial_spec(config)
+    last_report = -math.inf
+
+    def report_epoch(m: dict) -> None:
+        nonlocal last_report
+        if time.monotonic() - last_report < EPOCH_REPORT_EVERY_S:
+            return
+        last_report = time.monotonic()
+        # timesteps_total is the step Tune's TensorBoard, MLflow and wandb loggers plot against.
+        tune.report({"final": False, "cycle": config["cycle"], "epoch": m["epoch"], "timesteps_total": m["epoch"],
+                     "epoch_val_acc": m["val_acc"], "train_loss": m["train_loss"], "lr": m["lr"]})
+
+    with _local_start(config.get("start_checkpoint")) as start_dir, tempfile.TemporaryDirectory() as work:
+        result = run_cycle(spec, cycle=config["cycle"], max_lr=config["max_lr"], seed=config["seed"],
+                           start_checkpoint=start_dir, checkpoint_dir=Path(work) / "checkpoint",
+                           on_epoch=report_epoch)
+        metrics = result.row() | {"final": True, "key": config.get("key", "")} | _placement()
+        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(result.checkpoint))
 
 
 def fused_cycle_trainable(config: dict[str, Any]) -> None:
@@ -106,9 +105,7 @@ def fused_cycle_trainable(config: dict[str, Any]) -> None:
     keys, max_lrs = list(config["keys"]), list(config["max_lrs"])
     if len(keys) != len(max_lrs):
         raise ValueError(f"keys: {len(keys)} given for {len(max_lrs)} max_lrs")
-    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
-    torch.set_num_threads(max(1, int(cpus)))
-    spec = trial_device(config["spec"])
+    spec = _trial_spec(config)
     with _local_start(config.get("start_checkpoint")) as start_dir, tempfile.TemporaryDirectory() as work:
         root = Path(work) / "checkpoint"
         subdirs = [f"cand{i:02d}" for i in range(len(max_lrs))]
@@ -116,9 +113,7 @@ def fused_cycle_trainable(config: dict[str, Any]) -> None:
                                   start_checkpoint=start_dir, checkpoint_dirs=[root / s for s in subdirs])
         rows = [r.row() | {"key": key, "fused": len(max_lrs), "checkpoint_subdir": sub}
                 for r, key, sub in zip(results, keys, subdirs)]
-        tune.report({"fused_rows": rows, "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                     "node_id": ray.get_runtime_context().get_node_id()},
-                    checkpoint=tune.Checkpoint.from_directory(root))
+        tune.report({"fused_rows": rows} | _placement(), checkpoint=tune.Checkpoint.from_directory(root))
 
 
 def any_cycle_trainable(config: dict[str, Any]) -> None:
