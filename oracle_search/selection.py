@@ -1,15 +1,21 @@
 """The one place that decides what the Oracle chose: the best max_lr of a cycle, the paper's interval, the
-noise-aware interval, and which values to train next to resolve them. The drivers and the analysis both use it.
+"not shown worse" and "shown within 0.5" sets, whether a max_lr lies inside a set, and which values to train next
+to resolve them. The drivers and the analysis both use it.
 
 Definitions (docs/design.md has them too):
 - A cycle's **curve** is the validation accuracy of every max_lr trained by all n seeds (max_lr × seed).
 - **b**, the best value: the highest seed-mean validation accuracy among values no seed diverged on; ties go to
   the smaller max_lr.
 - The **paper's interval** (§5.3): values whose seed-mean is within `TOLERANCE` points of b's.
-- The **noise-aware interval**: v ≠ b is excluded when mean(d) − t(0.95, n−1)·sd(d)/√n > `TOLERANCE`, with the
-  paired differences d_s = acc_s(b) − acc_s(v): v is shown, with 95 % one-sided confidence, to be more than
-  `TOLERANCE` points worse. With n = 1 it is the paper's interval. b is always inside; a value some seed
-  diverged on never is.
+- **"not shown worse"** (formerly "noise-aware"): v ≠ b is excluded when mean(d) − t(0.95, n−1)·sd(d)/√n >
+  `TOLERANCE`, with the paired differences d_s = acc_s(b) − acc_s(v): only a value shown, with 95 % one-sided
+  confidence, to be more than `TOLERANCE` points worse is out. Lenient by design: it always contains the paper's
+  interval, and noisier values get in more easily. With n = 1 it is the paper's interval.
+- **"shown within 0.5"** (strict, an equivalence test): v ≠ b is in it when mean(d) + t(0.95, n−1)·sd(d)/√n <
+  `TOLERANCE`. With n = 1 nothing can be shown, so it is {b}.
+- b is in every set; a value some seed diverged on is in none.
+- A max_lr x is **inside** a set only when it equals a member or lies between two adjacent trained values that
+  are both members (`in_set`); [lo, hi] of a set with a hole or a diverged value inside is not the set.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ import pandas as pd
 from scipy import stats
 
 TOLERANCE = 0.5  # percentage points of validation accuracy (paper §5.3)
-CONFIDENCE = 0.95  # one-sided, for the noise-aware interval
+CONFIDENCE = 0.95  # one-sided, for the "not shown worse" and "shown within" sets
 RESOLUTION = 0.05  # an interval edge is resolved when its outside neighbour lies within 5 % of it
 _EPS = 1e-9
 
@@ -76,14 +82,17 @@ class Choice:
     lo: float  # the paper's interval
     hi: float
     contiguous: bool
-    noise_lo: float  # the noise-aware interval
+    noise_lo: float  # "not shown worse" (formerly noise-aware): its smallest and largest member
     noise_hi: float
     noise_contiguous: bool
     n_seeds: int
     values: tuple[float, ...]  # every value trained by all seeds
     inside: tuple[bool, ...]  # per value: in the paper's interval
-    noise_inside: tuple[bool, ...]
+    noise_inside: tuple[bool, ...]  # per value: not shown worse
     unimodal: bool
+    strict_lo: float  # "shown within 0.5": its smallest and largest member
+    strict_hi: float
+    within: tuple[bool, ...]  # per value: shown within 0.5
 
 
 def best_value(curve: Curve) -> float | None:
@@ -101,6 +110,16 @@ def noise_excluded(d: np.ndarray, tolerance: float = TOLERANCE, confidence: floa
         return bool(d[0] > tolerance + _EPS)
     margin = stats.t.ppf(confidence, n - 1) * np.std(d, ddof=1) / math.sqrt(n)
     return bool(np.mean(d) - margin > tolerance + _EPS)
+
+
+def shown_within(d: np.ndarray, tolerance: float = TOLERANCE, confidence: float = CONFIDENCE) -> bool:
+    """Whether paired differences d_s = acc_s(b) − acc_s(v) show v less than `tolerance` points worse (an
+    equivalence test, one-sided). One seed shows nothing."""
+    n = len(d)
+    if n < 2:
+        return False
+    margin = stats.t.ppf(confidence, n - 1) * np.std(d, ddof=1) / math.sqrt(n)
+    return bool(np.mean(d) + margin < tolerance - _EPS)
 
 
 def _span(values: list[float], inside: list[bool]) -> tuple[float, float, bool]:
@@ -132,16 +151,33 @@ def choose(curve: Curve, tolerance: float = TOLERANCE) -> Choice | None:
     base = curve.acc.loc[best].to_numpy()
     noise = [bool(a and (v == best or not noise_excluded(base - curve.acc.loc[v].to_numpy(), tolerance)))
              for a, v in zip(alive, values)]
+    within = [bool(a and (v == best or shown_within(base - curve.acc.loc[v].to_numpy(), tolerance)))
+              for a, v in zip(alive, values)]
     lo, hi, contiguous = _span(values, paper)
     noise_lo, noise_hi, noise_contiguous = _span(values, noise)
+    strict_lo, strict_hi, _ = _span(values, within)
     return Choice(best=best, best_acc=float(mean[best]), best_se=float(curve.standard_error()[best]),
                   lo=lo, hi=hi, contiguous=contiguous, noise_lo=noise_lo, noise_hi=noise_hi,
                   noise_contiguous=noise_contiguous, n_seeds=curve.n_seeds, values=tuple(values),
-                  inside=tuple(paper), noise_inside=tuple(noise), unimodal=unimodal(mean, best, tolerance))
+                  inside=tuple(paper), noise_inside=tuple(noise), unimodal=unimodal(mean, best, tolerance),
+                  strict_lo=strict_lo, strict_hi=strict_hi, within=tuple(within))
 
 
 def inside(value: float, lo: float, hi: float) -> bool:
+    """Within [lo, hi] up to float rounding (a span, not a set: use `in_set` to judge a schedule)."""
     return lo * (1 - _EPS) <= value <= hi * (1 + _EPS)
+
+
+def in_set(value: float, values: Iterable[float], members: Iterable[bool]) -> bool:
+    """Whether `value` is inside the set whose membership over the trained `values` (ascending) is `members`: it
+    equals a member, or lies strictly between two adjacent trained values that are both members."""
+    pairs = list(zip(values, members))
+    for i, (v, member) in enumerate(pairs):
+        if abs(value / v - 1) <= _EPS:
+            return bool(member)
+        if i + 1 < len(pairs) and v < value < pairs[i + 1][0] and abs(value / pairs[i + 1][0] - 1) > _EPS:
+            return bool(member and pairs[i + 1][1])
+    return False
 
 
 def bracket(grid: list[float], previous: float, width: float = 4.0) -> list[float]:

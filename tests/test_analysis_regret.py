@@ -1,0 +1,209 @@
+"""tables/regret.csv and tables/verdict.csv on hand-made results tables (docs/design.md, "Regret and controls").
+Every expected number below is worked out by hand in the comments, from the definition, not by the code."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from analysis.regret import end_to_end, oracle_curves, regret_table, verdict_table
+from oracle_search.schema import results_frame
+
+T2 = 4.302652729911275  # t(0.975, 2)
+T1 = 12.706204736174707  # t(0.975, 1)
+X = 0.1 * 2 ** 0.25  # a quarter of the way from 0.1 to 0.2 in ln x (0.189 of the way in x)
+
+
+def oracle(cycles: dict[int, tuple[float, dict[float, dict[int, float]]]], diverged=frozenset()) -> list[dict]:
+    """Oracle rows: per cycle (the value chained forward, {max_lr: {seed: val_acc}}); a seed's cycle-m rows start
+    from its selected cycle-(m−1) checkpoint. `diverged` holds (cycle, max_lr, seed)."""
+    rows = []
+    for cycle, (chosen, accs) in sorted(cycles.items()):
+        for lr, per_seed in accs.items():
+            for seed, acc in per_seed.items():
+                rows.append({"experiment": "t", "method": "oracle", "stage": "grid", "seed": seed, "cycle": cycle,
+                             "density": 100 * 0.8**cycle, "max_lr": lr, "val_acc": acc, "test_acc": acc - 2,
+                             "selected": lr == chosen, "diverged": (cycle, lr, seed) in diverged,
+                             "checkpoint_hash": f"s{seed}c{cycle}lr{lr}",
+                             "start_hash": f"s{seed}c{cycle - 1}lr{cycles[cycle - 1][0]}" if cycle else ""})
+    return rows
+
+
+def final(method: str, lrs: dict[int, float], test: dict[int, list[float]] | None = None,
+          diverged=frozenset()) -> list[dict]:
+    """A method's final chains on evaluation seeds 10, 11, 12: max_lr per cycle, test accuracy per seed."""
+    test = test or {s: [70.0] * len(lrs) for s in (10, 11, 12)}
+    return [{"experiment": "t", "method": method, "stage": "final", "seed": s, "cycle": c, "density": 100 * 0.8**c,
+             "max_lr": lr, "val_acc": 70.0, "test_acc": test[s][c], "selected": True,
+             "diverged": (c, s) in diverged} for s in test for c, lr in lrs.items() if c < len(test[s])]
+
+
+def seeds(*values: float) -> dict[int, float]:
+    return dict(enumerate(values))
+
+
+# Seeds 0, 1, 2 run cycles 0..2. Seed 3's chain stops after cycle 1 (it is not in S): its wild numbers and its
+# divergence at 0.4 must change nothing.
+CYCLES = {
+    0: (0.2, {0.05: {**seeds(50, 50, 50), 3: 99}, 0.1: {**seeds(80, 81, 82), 3: 10},
+              0.2: {**seeds(82, 83, 84), 3: 10}, 0.4: {**seeds(81, 81, 81), 3: 10}}),
+    # 0.8 diverged on seed 1: not complete, so 0.6 lies above the largest complete value (0.4).
+    1: (0.2, {0.1: {**seeds(78, 79, 80), 3: 99}, 0.2: {**seeds(80, 80, 83), 3: 10},
+              0.4: {**seeds(79, 82, 82), 3: 10}, 0.8: seeds(10, 10, 10)}),
+    # 0.3 diverged on seed 0: nothing between 0.2 and 0.4 is defined. 0.15 trained by seed 0 only, not diverged:
+    # it does not stop interpolation between 0.1 and 0.2.
+    2: (0.4, {0.1: seeds(70, 71, 72), 0.15: {0: 99}, 0.2: seeds(74, 75, 76), 0.3: seeds(10, 10, 10),
+              0.4: seeds(75, 77, 76)}),
+}
+DIVERGED = {(1, 0.8, 1), (2, 0.3, 0), (1, 0.4, 3)}
+SILO_PAPER = {0: 0.2, 1: 0.2, 2: X}
+SILO_FIT = {0: 0.1, 1: 0.6, 2: 0.25}
+
+# The leave-one-out Oracle a_s(b^(−s)) per seed, by hand:
+# cycle 0: without any one seed 0.2 has the best mean: [82, 83, 84].
+# cycle 1: without s0 (0.1 79.5, 0.2 81.5, 0.4 82) → 0.4; without s1 (79, 81.5, 80.5) → 0.2; without s2 (78.5,
+#          80, 80.5) → 0.4: a_0(0.4), a_1(0.2), a_2(0.4) = [79, 80, 82].
+# cycle 2: without s0 (0.2 75.5, 0.4 76.5), s1 (75, 75.5), s2 (74.5, 76): 0.4 always: [75, 77, 76].
+# a_s(X) at cycle 2: a(0.1) + 0.25·(a(0.2) − a(0.1)) = [71, 72, 73] (linear in x it would be 0.189 of the way).
+# constant_dense = 0.2 (chained at cycle 0). constant_best: 0.05 is undefined at cycles 1-2 (below 0.1);
+# Σ_{m=1,2} mean: 0.1 → 79 + 71 = 150, 0.2 → 81 + 75 = 156, 0.4 → 81 + 76 = 157: 0.4.
+
+
+def table(**extra) -> pd.DataFrame:
+    rows = oracle(CYCLES, DIVERGED) + final("silo_paper", SILO_PAPER) + final("silo_fit", SILO_FIT)
+    return results_frame(rows + extra.get("rows", []))
+
+
+def ci(mean: float, sd: float, n: int, t: float) -> tuple[float, float]:
+    return mean - t * sd / math.sqrt(n), mean + t * sd / math.sqrt(n)
+
+
+def test_s_excludes_a_seed_whose_chain_misses_a_cycle():
+    curves = oracle_curves(table())
+    assert curves.seeds == [0, 1, 2] and curves.last == 2 and curves.chained0 == 0.2
+
+
+def test_interpolation_in_ln_x_and_divergence_between_and_above_complete_values():
+    cycles = oracle_curves(table()).cycles
+    assert cycles[2].at(X).tolist() == pytest.approx([71, 72, 73], abs=1e-9)
+    assert cycles[2].at(0.25) is None  # 0.3 between 0.2 and 0.4 diverged on seed 0
+    assert cycles[1].at(0.6) is None  # above the largest complete value 0.4 (0.8 diverged on seed 1)
+    assert cycles[1].at(0.05) is None  # below the smallest complete value
+    assert cycles[1].at(0.4).tolist() == [79, 82, 82]  # seed 3's divergence at 0.4 does not count
+
+
+def test_regret_per_schedule_and_cycle():
+    got = regret_table(table())
+    assert list(got.columns) == ["schedule", "cycle", "max_lr", "regret", "ci_lo", "ci_hi", "n"]
+    assert got["n"].eq(3).all()
+    by = got.set_index(["schedule", "cycle"])
+    assert list(dict.fromkeys(got["schedule"])) == ["silo_paper", "silo_fit", "constant_dense", "constant_best"]
+    assert by["max_lr"].loc["constant_dense"].tolist() == [0.2, 0.2, 0.2]
+    assert by["max_lr"].loc["constant_best"].tolist() == [0.4, 0.4, 0.4]
+    # silo_paper: d = [0, 0, 0]; [79,80,82] − [80,80,83] = [−1, 0, −1] (sd √(1/3)); [75,77,76] − [71,72,73] =
+    # [4, 5, 3] (sd 1).
+    expect = {("silo_paper", 0): (0.0, (0.0, 0.0)), ("silo_paper", 1): (-2 / 3, ci(-2 / 3, math.sqrt(1 / 3), 3, T2)),
+              ("silo_paper", 2): (4.0, ci(4, 1, 3, T2)),
+              # constant_dense: cycle 2 [75,77,76] − [74,75,76] = [1, 2, 0]
+              ("constant_dense", 2): (1.0, ci(1, 1, 3, T2)),
+              # constant_best: [82,83,84] − 81 = [1,2,3]; [79,80,82] − [79,82,82] = [0,−2,0]; 0 at cycle 2
+              ("constant_best", 0): (2.0, ci(2, 1, 3, T2)), ("constant_best", 1): (-2 / 3, ci(-2 / 3, math.sqrt(4 / 3), 3, T2)),
+              ("constant_best", 2): (0.0, (0.0, 0.0)),
+              # silo_fit at 0.1 on cycle 0: [2, 2, 2]
+              ("silo_fit", 0): (2.0, (2.0, 2.0))}
+    for key, (regret, (lo, hi)) in expect.items():
+        assert by.loc[key, "regret"] == pytest.approx(regret, abs=1e-9), key
+        assert (by.loc[key, "ci_lo"], by.loc[key, "ci_hi"]) == pytest.approx((lo, hi), abs=1e-9), key
+    # silo_fit is undefined at cycle 1 (above) and cycle 2 (a diverged value between): max_lr kept, regret empty.
+    for cycle, lr in ((1, 0.6), (2, 0.25)):
+        assert by.loc[("silo_fit", cycle), "max_lr"] == lr
+        assert by.loc[("silo_fit", cycle), ["regret", "ci_lo", "ci_hi"]].isna().all()
+
+
+def test_verdict_decisive_indistinguishable_and_undefined():
+    got = verdict_table(table())
+    assert list(got.columns) == ["schedule", "versus", "advantage", "ci_lo", "ci_hi", "n", "verdict", "seeds_needed"]
+    assert got["n"].eq(3).all()
+    by = got.set_index(["schedule", "versus"])
+    # silo_paper − constant_dense: cycle 1 same value; cycle 2 [71,72,73] − [74,75,76]: adv = [−3,−3,−3].
+    row = by.loc[("silo_paper", "constant_dense")]
+    assert (row.advantage, row.ci_lo, row.ci_hi, row.verdict) == (pytest.approx(-3), pytest.approx(-3),
+                                                                  pytest.approx(-3), "worse")
+    assert row.seeds_needed == 2  # no spread: the smallest n' allowed
+    # silo_paper − oracle: −R_s = −([−1,0,−1] + [4,5,3]) = [−3,−5,−2]: mean −10/3, sd √(7/3).
+    row = by.loc[("silo_paper", "oracle")]
+    assert row.advantage == pytest.approx(-10 / 3)
+    assert (row.ci_lo, row.ci_hi) == pytest.approx(ci(-10 / 3, math.sqrt(7 / 3), 3, T2))
+    assert row.verdict == "indistinguishable"
+    # silo_paper − constant_best: [1,−2,1] + [−4,−5,−3] = [−3,−7,−2]: mean −4, sd √7. seeds_needed by hand:
+    # n' = 5: (2.776 + 0.941)·√7/√5 = 4.40 > 4; n' = 6: (2.571 + 0.920)·√7/√6 = 3.77 < 4.
+    row = by.loc[("silo_paper", "constant_best")]
+    assert row.advantage == pytest.approx(-4)
+    assert (row.ci_lo, row.ci_hi) == pytest.approx(ci(-4, math.sqrt(7), 3, T2))
+    assert row.verdict == "indistinguishable" and row.seeds_needed == 6
+    # silo_fit is undefined at cycles 1 and 2: every verdict undefined, nothing else given.
+    for versus in ("oracle", "constant_dense", "constant_best"):
+        row = by.loc[("silo_fit", versus)]
+        assert row.verdict == "undefined"
+        assert pd.isna(row.advantage) and pd.isna(row.ci_lo) and pd.isna(row.ci_hi) and pd.isna(row.seeds_needed)
+
+
+def test_a_constant_schedule_through_the_verdict_control():
+    """A SILO variant that keeps 0.4 at every cycle is constant_best itself: advantage exactly 0 (no
+    seeds_needed), and against the Oracle −R_s(0.4) = −([0,−2,0] + [0,0,0]) = [0, 2, 0]."""
+    df = results_frame(oracle(CYCLES, DIVERGED) + final("silo_fit", {0: 0.4, 1: 0.4, 2: 0.4}))
+    by = verdict_table(df).set_index(["schedule", "versus"])
+    row = by.loc[("silo_fit", "constant_best")]
+    assert (row.advantage, row.ci_lo, row.ci_hi, row.verdict) == (0, 0, 0, "indistinguishable")
+    assert pd.isna(row.seeds_needed)
+    row = by.loc[("silo_fit", "oracle")]
+    assert row.advantage == pytest.approx(2 / 3) and row.verdict == "indistinguishable"
+    assert (row.ci_lo, row.ci_hi) == pytest.approx(ci(2 / 3, math.sqrt(4 / 3), 3, T2))
+    # constant_dense (0.2): [80,80,83] − ... adv = (a(0.4) − a(0.2)) summed: [−1,2,−1] + [1,2,0] = [0,4,−1].
+    row = by.loc[("silo_fit", "constant_dense")]
+    assert row.advantage == pytest.approx(1) and row.verdict == "indistinguishable"
+    assert (row.ci_lo, row.ci_hi) == pytest.approx(ci(1, math.sqrt(7), 3, T2))
+
+
+def test_one_seed_leaves_regret_and_verdict_undefined():
+    """n = 1: no leave-one-out Oracle (regret empty), every verdict undefined with empty CIs and seeds_needed.
+    constant_best on seed 0 alone (0.15 left out; 0.8 is complete at cycle 1 but above 0.4 at cycle 2):
+    0.2 → 80 + 74 = 154 and 0.4 → 79 + 75 = 154 tie: the smaller, 0.2."""
+    one = {c: (b, {lr: {0: v[0]} for lr, v in accs.items() if 0 in v and lr != 0.15}) for c, (b, accs) in CYCLES.items()}
+    df = results_frame(oracle(one, DIVERGED) + final("silo_paper", SILO_PAPER))
+    regret = regret_table(df)
+    assert regret["n"].eq(1).all() and regret[["regret", "ci_lo", "ci_hi"]].isna().all().all()
+    assert regret.set_index("schedule").loc["constant_best", "max_lr"].tolist() == [0.2, 0.2, 0.2]
+    verdict = verdict_table(df).set_index("versus")
+    assert verdict["verdict"].eq("undefined").all() and verdict["n"].eq(1).all()
+    assert verdict[["ci_lo", "ci_hi", "seeds_needed"]].isna().all().all()
+    assert pd.isna(verdict.loc["oracle", "advantage"])
+    # Against a constant the Oracle cancels, so the advantage is still given: cycle 2, a_0(X) − a_0(0.2) = 71 − 74.
+    assert verdict.loc["constant_dense", "advantage"] == pytest.approx(-3)
+
+
+def test_end_to_end_pairs_evaluation_seeds_and_leaves_out_diverged_chains():
+    """silo_paper − warmup per seed, Σ over cycles 1..2 of test accuracy: seed 10 (79−78)+(77−75) = 3, seed 11
+    (80−79)+(76−76) = 1, seed 12 diverged at cycle 2 (left out, counted): mean 2, sd √2, n 2.
+    silo_fit = warmup + 1 at cycles 1 and 2 on every seed: [2, 2, 2], better, seeds_needed 2."""
+    warm = {10: [80, 78, 75], 11: [81, 79, 76], 12: [80, 77, 74]}
+    paper = {10: [80, 79, 77], 11: [81, 80, 76], 12: [80, 77, 74]}
+    fit = {s: [a[0], a[1] + 1, a[2] + 1] for s, a in warm.items()}
+    lrs = {0: 0.2, 1: 0.2, 2: 0.2}
+    df = results_frame(oracle(CYCLES, DIVERGED) + final("warmup", lrs, warm)
+                       + final("silo_paper", lrs, paper, diverged={(2, 12)}) + final("silo_fit", lrs, fit))
+    by = end_to_end(df).set_index("schedule")
+    row = by.loc["silo_paper"]
+    assert row.versus == "warmup" and row.n == 2 and row.diverged == 1 and row.versus_diverged == 0
+    assert row.advantage == pytest.approx(2)
+    assert (row.ci_lo, row.ci_hi) == pytest.approx(ci(2, math.sqrt(2), 2, T1))
+    assert row.verdict == "indistinguishable" and row.seeds == "10 11"
+    row = by.loc["silo_fit"]
+    assert (row.n, row.advantage, row.ci_lo, row.ci_hi, row.verdict, row.seeds_needed) == (
+        3, pytest.approx(2), pytest.approx(2), pytest.approx(2), "better", 2)
+
+
+def test_no_oracle_rows_give_empty_tables():
+    df = results_frame(final("silo_paper", SILO_PAPER))
+    assert regret_table(df).empty and verdict_table(df).empty
