@@ -17,7 +17,7 @@ from oracle_search.config import add_options as add_config_options
 from trainables.errors import CheckpointError, DataError
 from trainables.presets import DEFAULT_PRESET, PRESETS
 from trainables.schedules import SCHEDULE_NAMES, SiloParams, silo_max_lr
-from trainables.spec import ExperimentSpec, Resources, SpecError, check_names, validate_silo
+from trainables.spec import PRECISIONS, ExperimentSpec, Resources, SpecError, check_names, validate_silo
 
 EXIT_INVALID, EXIT_FAILED = 2, 1
 
@@ -70,9 +70,12 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
     g.add_argument("--schedule", choices=SCHEDULE_NAMES, help="LR schedule within a cycle")
     g.add_argument("--keep-output-dense", dest="prune_output", action="store_false", default=None,
                    help="never prune the output layer (OpenLTH's setting for its CIFAR models)")
-    g.add_argument("--no-amp", dest="amp", action="store_false", default=None,
-                   help="train in float32 (default: bf16 autocast of the forward pass, on GPUs and CPUs; a CPU "
-                   "without native bf16, i.e. without avx512_bf16 or AMX, may be faster in float32)")
+    g.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="arithmetic of the forward pass (default auto: what the trials' device runs natively: "
+                   "bf16 on CUDA capability >= 8.0 and on CPUs with avx512_bf16 or AMX, fp16 with a gradient "
+                   "scaler on older GPUs, fp32 elsewhere; a resumed run keeps its recorded precision)")
+    g.add_argument("--no-amp", dest="precision", action="store_const", const="fp32",
+                   help="the same as --precision fp32")
     if cluster:
         r = p.add_argument_group("resources")
         for opt, (_, typ, text) in RESOURCE_OVERRIDES.items():
@@ -98,7 +101,7 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
             changes[name] = value
     if "optimizer" in changes:
         changes["optimizer"] = dataclasses.replace(spec.optimizer, name=changes["optimizer"])
-    for flag in ("prune_output", "amp"):
+    for flag in ("prune_output", "precision"):
         if getattr(args, flag, None) is not None:
             changes[flag] = getattr(args, flag)
     if getattr(args, "schedule", None):

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from trainables.presets import PRESETS
-from trainables.spec import ExperimentSpec, SpecError
+from trainables.spec import ExperimentSpec, SpecError, upgrade_amp
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -73,7 +73,7 @@ def load(path: str | Path) -> Experiment:
     options = data.pop(OPTIONS_TABLE, {})
     if not isinstance(options, dict):
         raise SpecError(OPTIONS_TABLE, f"must be a table in {path}")
-    return Experiment(_checked(data, ExperimentSpec, "", path), options)
+    return Experiment(_checked(upgrade_amp(data), ExperimentSpec, "", path), options)
 
 
 def _checked(data: dict, cls: type, prefix: str, path: Path) -> dict:

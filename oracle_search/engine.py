@@ -28,7 +28,7 @@ from trainables.spec import NUMERICS, ExperimentSpec, SpecError
 from trainables.tune_adapter import any_cycle_trainable
 
 ROW_METRICS = ("cycle", "seed", "max_lr", "density", "val_acc", "test_acc", "best_epoch", "epochs", "seconds",
-               "device", "diverged", "grad_std", "act_std", "grad_hist", "act_hist", "checkpoint_hash",
+               "device", "precision", "diverged", "grad_std", "act_std", "grad_hist", "act_hist", "checkpoint_hash",
                "start_hash", "gpu_ids", "node_id")
 # `ray up` hands the autoscaler this file on the head (cluster.yaml: --autoscaling-config), resources filled in.
 AUTOSCALER_CONFIG = Path.home() / "ray_bootstrap_config.yaml"
@@ -136,6 +136,25 @@ def autoscaler_ceiling(path: Path | None = None) -> dict[str, float] | None:
     cap, head = config.get("max_workers"), config.get("head_node_type")
     total: Counter[str] = Counter()
     for name, node in (config.get("available_node_types") or {}).items():
+def probe_precision(spec: ExperimentSpec, address: str | None, env: dict[str, str] | None = None) -> str:
+    """What `precision = "auto"` means for this experiment: asked of a worker that holds one trial's resources,
+    since the driver may run on a head node without the trials' GPU or CPU kind. `env`: extra environment
+    variables for that worker (tests name other CPU flags with it)."""
+    connect(address, runtime_env(spec))
+
+    @ray.remote
+    def native(device: str) -> str:
+        from trainables.cycle import resolve_device
+        from trainables.precision import resolve_precision
+
+        return resolve_precision("auto", resolve_device(device))
+
+    res = spec.resources
+    task = native.options(num_cpus=res.cpus_per_trial, num_gpus=res.gpus_per_trial,
+                          runtime_env={"env_vars": env} if env else None)
+    return ray.get(task.remote(spec.device))
+
+
         count = 1 if name == head else min(node.get("max_workers", cap or 0), cap if cap is not None else 1 << 30)
         for resource, amount in (node.get("resources") or {}).items():
             total[resource] += count * amount
@@ -451,7 +470,8 @@ class Runner:
         groups: dict[tuple, list[Training]] = {}
         configs = []
         for t in trials:
-            if t.max_lr is None or t.spec.schedule.name == "silo":
+            # The fused step has no gradient scaler, which fp16 needs; fp16 trainings run one per trial.
+            if t.max_lr is None or t.spec.schedule.name == "silo" or t.spec.precision == "fp16":
                 configs.append(t.config())
             else:
                 groups.setdefault((t.spec, t.cycle, t.seed, t.start_checkpoint), []).append(t)

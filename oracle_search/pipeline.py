@@ -81,21 +81,47 @@ def evaluation_seeds(spec: ExperimentSpec, n: int) -> list[int]:
     return list(range(spec.seed + EVAL_SEED_OFFSET, spec.seed + EVAL_SEED_OFFSET + n))
 
 
+def recorded_spec(out: Path) -> ExperimentSpec | None:
+    """The spec a results folder was made with (spec.json), or None for a new folder."""
+    saved = out / "spec.json"
+    return ExperimentSpec.from_dict(json.loads(saved.read_text())) if saved.exists() else None
+
+
+def resolve_precision(spec: ExperimentSpec, out: Path, address: str | None) -> ExperimentSpec:
+    """The spec with `precision = "auto"` made concrete, once per experiment: a resumed run keeps the precision
+    it recorded; a new one asks a worker with one trial's resources (engine.probe_precision). An explicit
+    precision is kept as given; rows record theirs, and trainings of another precision are never reused."""
+    if spec.precision != "auto":
+        return spec
+    old = recorded_spec(out)
+    if old is not None and old.precision != "auto":
+        return dataclasses.replace(spec, precision=old.precision)
+    from oracle_search.engine import probe_precision
+
+    return dataclasses.replace(spec, precision=probe_precision(spec, address))
+
+
+def _same_experiment(a: ExperimentSpec, b: ExperimentSpec) -> bool:
+    """Resources and precision may change on a resumed run; every other field makes another experiment."""
+    return dataclasses.replace(a, resources=Resources(), precision="auto") == \
+        dataclasses.replace(b, resources=Resources(), precision="auto")
+
+
 def prepare_out(out: Path, spec: ExperimentSpec) -> None:
     """Create the results folder holding spec.json; a rerun must use the same experiment (it resumes)."""
-    saved = out / "spec.json"
-    if saved.exists():
-        old = ExperimentSpec.from_dict(json.loads(saved.read_text()))
-        if dataclasses.replace(old, resources=Resources()) != dataclasses.replace(spec, resources=Resources()):
+    old = recorded_spec(out)
+    if old is not None:
+        if not _same_experiment(old, spec):
             raise SpecError("out", f"{out} holds a run of a different experiment; use a new --out")
-        return
+        if old.precision == spec.precision:
+            return
     from oracle_search.security import redact
 
     out.mkdir(parents=True, exist_ok=True)
     stored = spec.to_dict()
     if stored["resources"]["storage_path"]:
         stored["resources"]["storage_path"] = redact(stored["resources"]["storage_path"])
-    atomic_write_json(saved, stored)
+    atomic_write_json(out / "spec.json", stored)
 
 
 def check_inputs(spec: ExperimentSpec, *, address: str | None = None, study_storage: str | None = None) -> None:
@@ -151,6 +177,7 @@ def _runner(spec: ExperimentSpec, out: Path, address: str | None, callbacks: lis
     from oracle_search.engine import Runner
 
     check_names(spec)  # the Python API's edge: a spec built in code has not resolved its model, data, pruner yet
+    spec = resolve_precision(spec, out, address)
     prepare_out(out, spec)
     return Runner(out=out, spec=spec, experiment=spec.preset, address=address,
                   callbacks=logger_callbacks(callbacks, out, spec.preset), fuse=fuse)
@@ -244,7 +271,7 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
     with _runner(spec, Path(out), address, callbacks) as runner:
         target = spec.cycles if options.fit.target_cycle is None else options.fit.target_cycle
         # silo_fit runs when this experiment's study holds a finished trial, whatever `options.silo_fit` says
-        study = fitter.open_study(runner.out, spec, options.fit.storage, tuning_seeds(spec, options.fit.seeds), target)
+        study = fitter.open_study(runner.out, runner.spec, options.fit.storage, tuning_seeds(spec, options.fit.seeds), target)
         peaks = run_baselines(runner, tuning_seeds(spec, options.oracle.seeds),
                               evaluation_seeds(spec, options.eval_seeds), list(spec.grid),
                               _silo_variants(runner, options, study))

@@ -75,6 +75,7 @@ class ResultRow:
     epochs: int = 0
     seconds: float = 0.0
     device: str = ""
+    precision: str = ""  # bf16 | fp16 | fp32: the arithmetic the device trained in (trainables.precision)
     grad_std: float = float("nan")
     act_std: float = float("nan")
     diverged: bool = False
@@ -139,7 +140,7 @@ def results_frame(rows: Iterable[dict]) -> pd.DataFrame:
     for col in FLAGS:
         frame[col] = frame[col].fillna(0).astype(bool)
     frame["fused"] = frame["fused"].fillna(1).astype(int)
-    for col in ("training", "key", "checkpoint", "checkpoint_hash", "start_hash", "trial_id"):
+    for col in ("training", "key", "checkpoint", "checkpoint_hash", "start_hash", "trial_id", "precision"):
         frame[col] = frame[col].astype(object).fillna("").astype(str)
     frame = frame.sort_values(SORT, na_position="first", kind="stable").reset_index(drop=True)
     frame["current"] = current_mask(frame)

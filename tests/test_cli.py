@@ -210,13 +210,6 @@ def test_storage_path_defaults_to_the_clusters_variable(monkeypatch):
     assert parse().resources.storage_path is None
 
 
-def test_no_amp_trains_in_float32_and_an_experiment_file_can_say_so(tmp_path):
-    parse = lambda *a: spec_from_args(parse_args(build_parser(), ["oracle", "--out", "x", *a]))  # noqa: E731
-    assert parse().amp is True and parse("--no-amp").amp is False
-    (tmp_path / "fp32.toml").write_text("amp = false\n")
-    assert parse("--config", str(tmp_path / "fp32.toml")).amp is False
-
-
 @pytest.fixture
 def results_dir(tmp_path, capsys) -> Path:
     """A results folder holding the real row of one trained cycle, written by the results writer."""

@@ -62,7 +62,7 @@ def test_the_file_gives_spec_fields_and_options_over_the_preset(tmp_path):
     args, spec = resolved(["compare", "--config", str(write(tmp_path, EXPERIMENT)), "--out", "x"])
     tiny = PRESETS["tiny"].spec
     assert spec == dataclasses.replace(
-        tiny, pruner="layer_magnitude", epochs=3, rate=0.3, grid=(0.05, 0.2), amp=False,
+        tiny, pruner="layer_magnitude", epochs=3, rate=0.3, grid=(0.05, 0.2), precision="fp32",
         optimizer=dataclasses.replace(tiny.optimizer, momentum=0.0, weight_decay=5e-4),
         schedule=dataclasses.replace(tiny.schedule, name="cosine", drops=(0.5,),
                                      silo=SiloParams(0.07, tiny.schedule.silo.delta, 2, tiny.schedule.silo.beta)),

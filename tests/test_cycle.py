@@ -162,10 +162,10 @@ def test_rewind_to_a_later_epoch_saves_that_epoch(tmp_path):
     assert not any(torch.equal(rewind[k], initial[k]) for k in prunable(build_model(spec.model, (32,), 10)))
 
 
-@pytest.mark.parametrize("amp", [True, False])
-def test_amp_autocasts_the_forward_pass_on_cpu_too(amp):
-    """`amp` means bf16 autocast of the forward pass on any device; the weights and their updates stay float32."""
-    spec = dataclasses.replace(TINY, amp=amp)
+@pytest.mark.parametrize("precision,dtype", [("bf16", torch.bfloat16), ("fp32", torch.float32)])
+def test_precision_autocasts_the_forward_pass_on_cpu_too(precision, dtype):
+    """bf16 autocasts the forward pass on any device; the weights and their updates stay float32."""
+    spec = dataclasses.replace(TINY, precision=precision)
     model = build_model(spec.model, (8,), 3)
     seen = []
     model[1].register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
@@ -173,6 +173,7 @@ def test_amp_autocasts_the_forward_pass_on_cpu_too(amp):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loss = train_step(model, optimizer, MaskedWeights(model, masks), torch.randn(4, 8), torch.tensor([0, 1, 2, 0]),
                       spec, CPU)
-    assert seen == [torch.bfloat16 if amp else torch.float32]
+    assert seen == [dtype]
     assert loss.dtype == torch.float32 and all(p.dtype == torch.float32 for p in model.parameters())
-    assert dataclasses.replace(TINY, amp=not amp).training_fingerprint() != spec.training_fingerprint()
+    other = "fp32" if precision == "bf16" else "bf16"
+    assert dataclasses.replace(TINY, precision=other).training_fingerprint() != spec.training_fingerprint()

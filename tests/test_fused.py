@@ -24,11 +24,11 @@ from trainables.spec import ExperimentSpec, OptimizerSpec
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: as a 1-CPU trial runs
 # The equivalence checked here is of the algorithm, so in float32: under bf16 autocast one batched matmul and K
 # separate ones round differently. train_step reads only the autocast and layout switches of CPU_SPEC.
-CPU_SPEC = ExperimentSpec(device="cpu", amp=False)
+CPU_SPEC = ExperimentSpec(device="cpu", precision="fp32")
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
-TINY = dataclasses.replace(PRESETS["tiny"].spec, device="cpu", amp=False)
+TINY = dataclasses.replace(PRESETS["tiny"].spec, device="cpu", precision="fp32")
 LRS = [0.01, 0.05, 0.2]
 
 
@@ -131,7 +131,7 @@ def _chain_best(results) -> str:
     # max_lr 0.3 is on the edge of stability on `tiny` (its 4th epoch can collapse), where float rounding
     # alone moves the result: the comparison uses stable max_lrs.
     dataclasses.replace(TINY, weights="rewind", rewind_epoch=1, grid=(0.01, 0.03, 0.1)),
-    dataclasses.replace(PRESETS["digits-mlp"].spec, device="cpu", amp=False, epochs=8,
+    dataclasses.replace(PRESETS["digits-mlp"].spec, device="cpu", precision="fp32", epochs=8,
                         optimizer=OptimizerSpec("adam", 0, 1e-4), grid=(0.001, 0.003, 0.01)),
 ], ids=["tiny-rewind", "digits-adam"])
 def test_two_fused_cycles_match_run_cycle(spec, tmp_path):

@@ -486,7 +486,7 @@ def test_structured_silences_removed_channels_through_retraining():
     dead0, dead3 = ~masks["0.weight"].any(1), ~masks["3.weight"].any(1)
     assert int(dead0.sum()) == 1 and int(dead3.sum()) == 2
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
-    masked, spec = MaskedWeights(model, masks), ExperimentSpec(device="cpu", amp=False)
+    masked, spec = MaskedWeights(model, masks), ExperimentSpec(device="cpu", precision="fp32")
     for x, y in list(batches()) * 3:  # the cycle's own step: mask the gradients, step, re-apply the masks
         train_step(model, optimizer, masked, x, y, spec, torch.device("cpu"))
     for name, dead in (("0.bias", dead0), ("1.weight", dead0), ("1.bias", dead0), ("3.bias", dead3)):

@@ -5,6 +5,7 @@ collections of cycles. It needs no Ray; the Tune adapter is a thin wrapper aroun
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -20,6 +21,7 @@ from torch import nn
 from trainables.checkpoints import CheckpointError, checkpoint_hash, load_checkpoint, save_checkpoint
 from trainables.data import TensorData, load_data
 from trainables.models import build_model
+from trainables.precision import autocast, grad_scaler, resolve_precision
 from trainables.pruning import Masks, MaskedWeights, apply_masks, density, full_masks, prunable, prune
 from trainables.schedules import cycle_peak, lr_at
 from trainables.spec import ExperimentSpec, OptimizerSpec
@@ -41,6 +43,7 @@ class CycleResult:
     epochs: int
     seconds: float
     device: str
+    precision: str  # the arithmetic it trained in: bf16 | fp16 | fp32
     diverged: bool
     grad_std: float
     act_std: float
@@ -69,7 +72,7 @@ def make_optimizer(o: OptimizerSpec, params, lr: float) -> torch.optim.Optimizer
 
 
 def _autocast(device: torch.device, spec: ExperimentSpec):
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=spec.amp)
+    return autocast(device, resolve_precision(spec.precision, device))
 
 
 @torch.no_grad()
@@ -155,14 +158,22 @@ def _prepare(spec: ExperimentSpec, cycle: int, seed: int, start_checkpoint: str 
 
 
 def train_step(forward: nn.Module, optimizer: torch.optim.Optimizer, masked: MaskedWeights,
-               x: torch.Tensor, y: torch.Tensor, spec: ExperimentSpec, device: torch.device) -> torch.Tensor:
-    """One optimizer step on a batch, pruned weights kept at zero; returns the detached loss (no GPU sync)."""
+               x: torch.Tensor, y: torch.Tensor, spec: ExperimentSpec, device: torch.device,
+               scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
+    """One optimizer step on a batch, pruned weights kept at zero; returns the detached loss (no GPU sync).
+    `scaler`: fp16's gradient scaler, which skips a step whose gradients overflowed."""
     with _autocast(device, spec):
         loss = nn.functional.cross_entropy(forward(_layout(x, spec, device)), y)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    masked.mask_gradients()
-    optimizer.step()
+    if scaler is None:
+        loss.backward()
+        masked.mask_gradients()
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        masked.mask_gradients()
+        scaler.step(optimizer)
+        scaler.update()
     masked.apply()  # weight decay and momentum must not revive pruned weights
     return loss.detach()
 
@@ -175,6 +186,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
     `on_epoch`, if given, receives {epoch, val_acc, train_loss, lr} after every finished epoch."""
     started = time.perf_counter()
     device = resolve_device(spec.device)
+    spec = dataclasses.replace(spec, precision=resolve_precision(spec.precision, device))
     data = load_data(spec).to(device)
     model, masks, rewind, start_hash = _prepare(spec, cycle, seed, start_checkpoint, data, device)
     if cycle == 0 and spec.weights == "rewind" and spec.rewind_epoch == 0:
@@ -186,6 +198,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
     peak = cycle_peak(spec.schedule, cycle, spec.rate, max_lr)
     optimizer = make_optimizer(spec.optimizer, model.parameters(), peak)
     masked = MaskedWeights(model, masks)
+    scaler = grad_scaler(device, spec.precision)
     steps_per_epoch = math.ceil(data.size("train") / spec.batch_size)
     total = spec.epochs * steps_per_epoch
     # The same data order for every max_lr of a (seed, cycle): grid points differ only in their LR.
@@ -200,7 +213,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
             lr = lr_at(step, total, peak, spec.schedule)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            epoch_loss += train_step(forward, optimizer, masked, x, y, spec, device)
+            epoch_loss += train_step(forward, optimizer, masked, x, y, spec, device, scaler)
             step += 1
         epochs_run = epoch
         # One check per epoch, not per step: a per-step check would force a GPU sync in the hot loop.
@@ -234,7 +247,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
     return CycleResult(
         cycle=cycle, seed=seed, max_lr=peak, density=density(masks), val_acc=best_val, test_acc=best_test,
         best_epoch=best_epoch, epochs=epochs_run, seconds=time.perf_counter() - started, device=str(device),
-        diverged=diverged, grad_std=grad_std, act_std=act_std, grad_hist=grad_hist, act_hist=act_hist,
+        precision=spec.precision, diverged=diverged, grad_std=grad_std, act_std=act_std, grad_hist=grad_hist, act_hist=act_hist,
         checkpoint=path, checkpoint_hash=digest, start_hash=start_hash)
 
 

@@ -14,6 +14,7 @@ from trainables.schedules import SCHEDULE_NAMES, ScheduleSpec, SiloParams
 OPTIMIZERS = ("sgd", "adam", "rmsprop")
 WEIGHT_POLICIES = ("continue", "rewind", "reinit")
 DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # resolved by trainables.precision
 
 
 # Bumped whenever a spec field starts to mean different arithmetic. A run's ledger records it (engine.Ledger) and
@@ -61,7 +62,7 @@ class ExperimentSpec:
     split_seed: int = 0  # fixes the train/val/test split for every trial
     seed: int = 0  # the first trial seed; --seeds S uses seed .. seed+S-1
     device: str = "auto"
-    amp: bool = True  # bf16 autocast of the forward pass, on CUDA and on CPU
+    precision: str = "auto"  # auto | bf16 | fp16 | fp32 (trainables.precision; a run records what auto became)
     channels_last: bool = True  # image models on CUDA only
     compile: bool = False  # torch.compile the model (CUDA)
     score_batches: int = 8  # batches whose gradients the gradient pruners accumulate
@@ -76,7 +77,7 @@ class ExperimentSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ExperimentSpec":
-        d = dict(d)
+        d = upgrade_amp(dict(d))
         sched = dict(d.pop("schedule", {}))
         sched["silo"] = SiloParams(**sched.get("silo", {}))
         if "drops" in sched:
@@ -117,6 +118,16 @@ class ExperimentSpec:
 
     def with_schedule(self, **changes: Any) -> "ExperimentSpec":
         return dataclasses.replace(self, schedule=dataclasses.replace(self.schedule, **changes))
+
+
+def upgrade_amp(d: dict[str, Any]) -> dict[str, Any]:
+    """A spec (or experiment file) written before `precision`: amp = true meant bf16 autocast, false float32."""
+    if "amp" in d:
+        amp = d.pop("amp")
+        if not isinstance(amp, bool):
+            raise SpecError("amp", f"must be true or false, got {amp!r}")
+        d.setdefault("precision", "bf16" if amp else "fp32")
+    return d
 
 
 @dataclass(frozen=True)
@@ -181,6 +192,7 @@ def validate(s: ExperimentSpec) -> None:
     if not isinstance(s.num_samples, int) or s.num_samples < 0:
         raise SpecError("num-samples", f"must be an integer >= 0, got {s.num_samples!r}")
     _choice(s.device, DEVICES, "device")
+    _choice(s.precision, PRECISIONS, "precision")
     if not s.grid:
         raise SpecError("grid", "must hold at least one max_lr")
     for lr in s.grid:
