@@ -1,6 +1,7 @@
 """The report's tables: Oracle intervals, test accuracy, cost and §3.1 statistics, each with a verdict line."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -9,7 +10,8 @@ import numpy as np
 from scipy.stats import t as student_t
 
 from analysis.intervals import count_inside, oracle_intervals, seed_intervals
-from analysis.select import cost_rows, densities, final_rows, label, methods, oracle_trials
+from analysis.regret import end_to_end, regret_table as regret_frame, verdict_table as verdict_frame
+from analysis.select import cost_rows, densities, final_rows, label, methods, oracle_trials, silo_params
 from oracle_search.schema import SILO_METHODS
 from oracle_search.selection import TOLERANCE, Curve, choose, dense_best, lr_key
 
@@ -46,24 +48,37 @@ def _by_density(rows: dict[str, list[str]], lam: pd.Series) -> pd.DataFrame:
     return pd.DataFrame([[name, *values] for name, values in rows.items()], columns=columns)
 
 
-def headline(pooled: pd.DataFrame, tol: float = TOLERANCE) -> list[str]:
-    """The verdict per SILO variant: the noise-aware interval when n >= 3 seeds, else the paper's, said plainly."""
+def first_judged(df: pd.DataFrame, method: str) -> int:
+    """The first cycle that tests a SILO variant: after q (at m ≤ q it keeps ε) and never cycle 0 (silo_paper's ε
+    is the Oracle's dense best, inside by construction)."""
+    params = silo_params(df, method)
+    return max(int(params["q"]) + 1, 1) if params is not None else 1
+
+
+def headline(pooled: pd.DataFrame, tol: float = TOLERANCE, first: dict[str, int] | None = None) -> list[str]:
+    """Per SILO variant: at how many cycles after its q it is inside the paper's interval, "not shown worse"
+    (lenient) and "shown within 0.5" (strict)."""
     if pooled.empty:
         return []
     n = int(pooled["n_seeds"].min())
-    kind, column = (("noise-aware", "noise_inside") if n >= 3 else ("paper's", "inside"))
     lines = []
     for method in (m for m in SILO_METHODS if f"{m}_max_lr" in pooled):
-        k, judged = count_inside(pooled, f"{method}_{column}")
-        other = count_inside(pooled, f"{method}_{'inside' if column == 'noise_inside' else 'noise_inside'}")[0]
-        lines.append(f"{label(method)} inside the {kind} Oracle interval at {k} of {judged} cycles "
-                     f"(n = {n} tuning seed{'s' * (n != 1)}, tolerance {tol:g} points"
-                     + (f", 95 % one-sided; the paper's interval: {other} of {judged})." if column == "noise_inside"
-                        else f"; fewer than 3 seeds, so not the noise-aware interval, which gives {other} of {judged})."))
+        start = (first or {}).get(method, 1)
+        paper, judged = count_inside(pooled, f"{method}_inside", start)
+        lenient = count_inside(pooled, f"{method}_noise_inside", start)[0]
+        strict = count_inside(pooled, f"{method}_within", start)[0]
+        lines.append(f"{label(method)} at the {judged} cycle{'s' * (judged != 1)} from {start} on: inside the "
+                     f"paper's interval at {paper}, \"not shown worse\" (lenient) at {lenient}, \"shown within "
+                     f"{tol:g}\" (strict) at {strict} (n = {n} tuning seed{'s' * (n != 1)}, 95 % one-sided; cycles "
+                     f"< {start}, marked *, test nothing and are not counted).")
     if not lines:
-        lines.append(f"No SILO rows; {int(pooled['noise_contiguous'].sum())} of {len(pooled)} noise-aware Oracle "
-                     f"intervals contiguous (n = {n}).")
+        lines.append(f"No SILO rows; {int(pooled['noise_contiguous'].sum())} of {len(pooled)} \"not shown worse\" "
+                     f"sets contiguous (n = {n}).")
     return lines
+
+
+def _marked(flags: list[str], cycles: pd.Series, start: int) -> list[str]:
+    return [f"{f}*" if c < start else f for f, c in zip(flags, cycles)]
 
 
 def oracle_table(df: pd.DataFrame, tol: float = TOLERANCE) -> Table | None:
@@ -76,19 +91,24 @@ def oracle_table(df: pd.DataFrame, tol: float = TOLERANCE) -> Table | None:
         "Oracle max_lr": [fmt_lr(x) for x in pooled["best_max_lr"]],
         "val. acc. (mean ± s.e.)": se,
         "Oracle interval (paper)": [f"[{fmt_lr(lo)}, {fmt_lr(hi)}]" for lo, hi in zip(pooled["lo"], pooled["hi"])],
-        "noise-aware interval": [f"[{fmt_lr(lo)}, {fmt_lr(hi)}]"
-                                 for lo, hi in zip(pooled["noise_lo"], pooled["noise_hi"])],
-        "contiguous (paper / noise)": [f"{_yes_no(a)} / {_yes_no(b)}"
-                                       for a, b in zip(pooled["contiguous"], pooled["noise_contiguous"])],
+        "not shown worse (lenient)": [f"[{fmt_lr(lo)}, {fmt_lr(hi)}]"
+                                      for lo, hi in zip(pooled["noise_lo"], pooled["noise_hi"])],
+        f"shown within {tol:g} (strict)": [f"[{fmt_lr(lo)}, {fmt_lr(hi)}]"
+                                           for lo, hi in zip(pooled["strict_lo"], pooled["strict_hi"])],
+        f"values shown within {tol:g}": pooled["n_strict"].astype(str).tolist(),
+        "contiguous (paper / not shown worse)": [f"{_yes_no(a)} / {_yes_no(b)}"
+                                                 for a, b in zip(pooled["contiguous"], pooled["noise_contiguous"])],
         "values trained": pooled["n_values"].astype(str).tolist(),
         "unimodal": [_yes_no(x) for x in pooled["unimodal"]],
     }
-    for method in SILO_METHODS:
-        if f"{method}_max_lr" in pooled:
-            rows[f"{label(method)} max_lr"] = [fmt_lr(x) for x in pooled[f"{method}_max_lr"]]
-            rows[f"{label(method)} inside (paper / noise)"] = [
-                f"{_yes_no(a)} / {_yes_no(b)}" for a, b in zip(pooled[f"{method}_inside"], pooled[f"{method}_noise_inside"])]
-    verdict = " ".join(headline(pooled, tol))
+    first = {m: first_judged(df, m) for m in SILO_METHODS if f"{m}_max_lr" in pooled}
+    for method, start in first.items():
+        rows[f"{label(method)} max_lr"] = [fmt_lr(x) for x in pooled[f"{method}_max_lr"]]
+        rows[f"{label(method)} inside (paper / not shown worse / within)"] = _marked(
+            [f"{_yes_no(a)} / {_yes_no(b)} / {_yes_no(c)}" for a, b, c in
+             zip(pooled[f"{method}_inside"], pooled[f"{method}_noise_inside"], pooled[f"{method}_within"])],
+            pooled["cycle"], start)
+    verdict = " ".join(headline(pooled, tol, first))
     return Table("oracle", "Oracle max_lr and intervals", _by_density(rows, pooled["density"]), pooled, verdict)
 
 
@@ -105,9 +125,9 @@ def values_table(df: pd.DataFrame, tol: float = TOLERANCE) -> Table | None:
         if choice is None:
             continue
         mean, se = curve.mean(), curve.standard_error()
-        for v, a, b in zip(choice.values, choice.inside, choice.noise_inside):
+        for v, a, b, w in zip(choice.values, choice.inside, choice.noise_inside, choice.within):
             records.append({"cycle": int(cycle), "max_lr": v, "val_mean": float(mean[v]), "val_se": float(se[v]),
-                            "paper_inside": a, "noise_inside": b, "best": v == choice.best})
+                            "paper_inside": a, "noise_inside": b, "within": w, "best": v == choice.best})
     data = pd.DataFrame(records)
     lam = densities(df)
     cells = pd.DataFrame({
@@ -115,7 +135,8 @@ def values_table(df: pd.DataFrame, tol: float = TOLERANCE) -> Table | None:
         "max_lr": data["max_lr"].map(fmt_lr),
         "val. acc.": [f"{m:.2f}" + ("" if pd.isna(e) else f" ± {e:.2f}") for m, e in zip(data["val_mean"], data["val_se"])],
         "paper": data["paper_inside"].map(_yes_no),
-        "noise-aware": data["noise_inside"].map(_yes_no),
+        "not shown worse": data["noise_inside"].map(_yes_no),
+        f"shown within {tol:g}": data["within"].map(_yes_no),
         "best": data["best"].map(lambda b: "b" if b else ""),
     })
     bad = pooled.loc[~pooled["unimodal"].astype(bool), "density"]
@@ -144,23 +165,56 @@ def seed_table(df: pd.DataFrame, tol: float = TOLERANCE) -> Table | None:
     return Table("oracle_seeds", "Oracle per seed", cells, frame, verdict)
 
 
+def per_seed_accuracy(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(test accuracy, gone): cycle × seed. A seed is gone from the cycle its chain diverged on: its accuracy there
+    and after is NaN (a diverged chain is counted, never averaged)."""
+    cell = rows.assign(diverged=rows["diverged"].astype(bool)).groupby(["cycle", "seed"]).agg(
+        test_acc=("test_acc", "mean"), diverged=("diverged", "max"))
+    acc = cell["test_acc"].unstack("seed").sort_index()
+    gone = cell["diverged"].unstack("seed").reindex_like(acc).fillna(False).astype(bool).cummax(axis=0)
+    return acc.mask(gone), gone
+
+
 def accuracy_stats(rows: pd.DataFrame) -> pd.DataFrame:
-    """Early-stop test accuracy per cycle: mean, sample std, n seeds and the 95 % confidence half-width."""
-    per_seed = rows.groupby(["cycle", "seed"])["test_acc"].mean()
-    stats = per_seed.groupby("cycle").agg(mean="mean", std="std", n_seeds="count")
+    """Early-stop test accuracy per cycle over the seeds whose chain has not diverged: mean, sample std, n seeds,
+    the 95 % confidence half-width, and the seeds whose chain diverged at or before the cycle."""
+    if rows.empty:
+        return pd.DataFrame(columns=["mean", "std", "n_seeds", "ci95", "diverged"])
+    acc, gone = per_seed_accuracy(rows)
+    stats = pd.DataFrame({"mean": acc.mean(axis=1), "std": acc.std(axis=1, ddof=1), "n_seeds": acc.count(axis=1)})
     n = stats["n_seeds"].to_numpy()
     t = np.where(n > 1, student_t.ppf(0.975, np.maximum(n - 1, 1)), np.nan)
     stats["ci95"] = t * stats["std"] / np.sqrt(n)
+    stats["diverged"] = gone.sum(axis=1).astype(int)
     return stats
 
 
-def _mean_ci(mean: float, ci: float, n: int) -> str:
-    return f"{mean:.2f} (n={n})" if n < 2 else f"{mean:.2f} ± {ci:.2f} (n={n})"
+def _mean_ci(mean: float, ci: float, n: int, diverged: int = 0) -> str:
+    gone = f", {diverged} diverged" if diverged else ""
+    if n == 0:
+        return f"diverged (n={diverged})"
+    return (f"{mean:.2f} (n={n}{gone})" if n < 2 else f"{mean:.2f} ± {ci:.2f} (n={n}{gone})")
+
+
+def paired(a: pd.DataFrame, b: pd.DataFrame, cycle: int) -> tuple[float, float, float, int] | None:
+    """Paired difference of test accuracy A − B at `cycle` on the seeds both ran and neither diverged on: (mean,
+    ci_lo, ci_hi, n), NaN bounds with one seed; None without a shared seed."""
+    if cycle not in a.index or cycle not in b.index:
+        return None
+    d = (a.loc[cycle] - b.loc[cycle].reindex(a.columns)).dropna().to_numpy(dtype=float)
+    if len(d) == 0:
+        return None
+    mean = float(d.mean())
+    if len(d) < 2:
+        return mean, math.nan, math.nan, 1
+    half = student_t.ppf(0.975, len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
+    return mean, mean - half, mean + half, len(d)
 
 
 def accuracy_table(df: pd.DataFrame) -> Table | None:
-    """(b) Methods × λ: early-stop test accuracy, mean ± 95 % confidence half-width over seeds, with n; the
-    Oracle on its tuning seeds' chains (it selects on validation), every other method on evaluation seeds."""
+    """(b) Methods × λ: early-stop test accuracy, mean ± 95 % confidence half-width over seeds, with n and the
+    chains that diverged (not averaged); the Oracle on its tuning seeds' chains (it selects on validation), every
+    other method on evaluation seeds."""
     stats = {m: accuracy_stats(final_rows(df, m)) for m in methods(df)}
     stats = {m: s for m, s in stats.items() if not s.empty}
     if not stats:
@@ -170,53 +224,56 @@ def accuracy_table(df: pd.DataFrame) -> Table | None:
     means = pd.DataFrame({m: s["mean"].round(2) for m, s in stats.items()}).reindex(cycles).T
     best = means.eq(means.max(axis=0), axis=1)
     cells = pd.DataFrame(
-        [[label(m), *(_mean_ci(s.loc[c, "mean"], s.loc[c, "ci95"], int(s.loc[c, "n_seeds"])) if c in s.index else DASH
-                      for c in cycles)] for m, s in stats.items()],
+        [[label(m), *(_mean_ci(s.loc[c, "mean"], s.loc[c, "ci95"], int(s.loc[c, "n_seeds"]), int(s.loc[c, "diverged"]))
+                      if c in s.index else DASH for c in cycles)] for m, s in stats.items()],
         columns=["Method", *(fmt_density(lam[c]) for c in cycles)],
     )
     bold = pd.DataFrame(False, index=cells.index, columns=cells.columns)
     bold.iloc[:, 1:] = best.to_numpy()
     data = pd.concat({m: s for m, s in stats.items()}, names=["method"]).reset_index()
     data.insert(2, "density", data["cycle"].map(lam))
-    verdict = _accuracy_verdict(stats, cycles)
+    verdict = _accuracy_verdict(df, cycles)
     return Table("accuracy", "Early-stop test accuracy (%)", cells, data, verdict, bold)
 
 
-def _accuracy_verdict(stats: dict[str, pd.DataFrame], cycles: list[int]) -> str:
-    """Per SILO variant: at how many densities its mean is highest, and at how many that lead exceeds the
-    runner-up's 95 % half-width (a lead within seed noise is not a finding)."""
+def _accuracy_verdict(df: pd.DataFrame, cycles: list[int]) -> str:
+    """Per SILO variant, against every other method it shares evaluation seeds with: at how many densities its
+    paired mean difference is ≥ 0 against all of them, and at how many the paired 95 % CI lies above 0 against all
+    of them (a lead within seed noise is not a finding)."""
+    acc = {m: per_seed_accuracy(final_rows(df, m))[0] for m in methods(df) if not final_rows(df, m).empty}
     parts = []
-    for m in (m for m in SILO_METHODS if m in stats):
-        wins = clear = 0
+    for m in (m for m in SILO_METHODS if m in acc):
+        lead = clear = judged = 0
         for c in cycles:
-            if c not in stats[m].index:
+            diffs = [d for k, a in acc.items() if k != m and (d := paired(acc[m], a, c)) is not None]
+            if not diffs:
                 continue
-            others = [(s.loc[c, "mean"], s.loc[c, "ci95"]) for k, s in stats.items() if k != m and c in s.index]
-            if not others:
-                continue
-            top, top_ci = max(others)
-            mean, ci = stats[m].loc[c, "mean"], stats[m].loc[c, "ci95"]
-            if mean >= top:
-                wins += 1
-                clear += bool(mean - top > np.nanmax([ci, top_ci, 0.0]))
-        parts.append(f"{label(m)} has the highest mean at {wins} of {len(cycles)} densities, beyond the 95 % "
-                     f"half-widths at {clear}")
+            judged += 1
+            lead += all(d[0] >= 0 for d in diffs)
+            clear += all(d[1] > 0 for d in diffs)
+        parts.append(f"{label(m)} is ahead of every method it shares evaluation seeds with at {lead} of {judged} "
+                     f"densities, with the paired 95 % CI above 0 at {clear}")
     if not parts:
         return "No SILO rows."
-    return "; ".join(parts) + " (Oracle: its tuning chains; others: held-out evaluation seeds)."
+    return ("; ".join(parts) + " (paired differences on the shared evaluation seeds; the Oracle runs on its tuning "
+            "seeds, so it is not paired; a diverged chain is counted, not averaged).")
 
 
 def best_per_density(df: pd.DataFrame) -> str:
-    """"λ: method" for each density, by mean test accuracy ("tie" when the top two lie within both half-widths)."""
-    stats = {m: accuracy_stats(final_rows(df, m)) for m in methods(df)}
-    stats = {m: s for m, s in stats.items() if not s.empty}
+    """"λ: method" for each density, by mean test accuracy; "within noise of M" when the paired 95 % CI of the
+    leader against M, the best method sharing seeds with it, contains 0; "not paired" when none shares a seed."""
+    acc = {m: per_seed_accuracy(final_rows(df, m))[0] for m in methods(df) if not final_rows(df, m).empty}
     lam, parts = densities(df), []
-    for c in sorted(set().union(*(s.index for s in stats.values()))) if stats else []:
-        ranked = sorted(((s.loc[c, "mean"], s.loc[c, "ci95"], m) for m, s in stats.items() if c in s.index),
-                        reverse=True)
-        (top, ci, m), rest = ranked[0], ranked[1:]
-        close = rest and top - rest[0][0] <= np.nanmax([ci, rest[0][1], 0.0])
-        parts.append(f"{fmt_density(lam[c])} %: {label(m)}{' (within noise of ' + label(rest[0][2]) + ')' if close else ''}")
+    for c in sorted(set().union(*(a.index for a in acc.values()))) if acc else []:
+        ranked = sorted(((float(a.loc[c].mean()), m) for m, a in acc.items()
+                         if c in a.index and a.loc[c].notna().any()), reverse=True)
+        if not ranked:
+            continue
+        leader = ranked[0][1]
+        rivals = [(m, d) for _, m in ranked[1:] if (d := paired(acc[leader], acc[m], c)) is not None]
+        note = " (not paired)" if not rivals else (
+            f" (within noise of {label(rivals[0][0])})" if not rivals[0][1][1] > 0 else "")
+        parts.append(f"{fmt_density(lam[c])} %: {label(leader)}{note}")
     return "; ".join(parts)
 
 
@@ -229,7 +286,8 @@ def cost_table(df: pd.DataFrame) -> Table | None:
         final = final_rows(df, m)
         if rows.empty and final.empty:
             continue
-        acc = final[final["cycle"] == last].groupby("seed")["test_acc"].mean().mean()
+        alive = accuracy_stats(final)["mean"] if not final.empty else pd.Series(dtype=float)
+        acc = alive.get(last, np.nan)
         records.append({"method": m, "trainings": len(rows), "epochs": int(rows["epochs"].sum()),
                         "device_hours": rows["seconds"].sum() / 3600, "last_cycle_test_acc": acc,
                         "reused": int((df["method"] == m).mul(df["reused"].astype(bool)).sum())})

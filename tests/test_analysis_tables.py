@@ -72,14 +72,40 @@ def test_accuracy_cells_are_mean_half_width_and_n():
     assert data["density"].tolist() == pytest.approx([100.0, 80.0, 100.0, 80.0, 100.0, 100.0])
 
 
-def test_accuracy_verdict_counts_wins_and_wins_beyond_the_half_widths():
-    # SILO (paper) leads at λ = 80 by 4 points, beyond the Oracle's 2.48; SILO (fit) leads at λ = 100 by 1 point,
-    # within its own 6.35.
+def test_accuracy_verdict_uses_paired_differences_on_shared_evaluation_seeds():
+    # λ = 100: SILO (paper) − SILO (fit) on seeds 10, 11 = [−2.5, −1.5] (behind); SILO (fit) − SILO (paper) =
+    # [2.5, 1.5], mean 2, half-width 12.71·0.707/√2 = 6.35 (CI contains 0); SILO (fit) − Constant = [3.5, 4.5],
+    # mean 4 ± 6.35 (contains 0). λ = 80: only SILO (paper) seed 10 and the Oracle (tuning seeds, never paired).
     assert accuracy_table(accuracy_rows()).verdict == (
-        "SILO (paper) has the highest mean at 1 of 2 densities, beyond the 95 % half-widths at 1; "
-        "SILO (fit) has the highest mean at 1 of 2 densities, beyond the 95 % half-widths at 0 "
-        "(Oracle: its tuning chains; others: held-out evaluation seeds).")
-    assert best_per_density(accuracy_rows()) == "100 %: SILO (fit) (within noise of Oracle); 80 %: SILO (paper)"
+        "SILO (paper) is ahead of every method it shares evaluation seeds with at 0 of 1 densities, with the "
+        "paired 95 % CI above 0 at 0; SILO (fit) is ahead of every method it shares evaluation seeds with at 1 of 1 "
+        "densities, with the paired 95 % CI above 0 at 0 (paired differences on the shared evaluation seeds; the "
+        "Oracle runs on its tuning seeds, so it is not paired; a diverged chain is counted, not averaged).")
+    # λ = 100: SILO (fit) leads (82); the best method sharing its seeds is SILO (paper) (80), CI contains 0.
+    # λ = 80: SILO (paper) 75 beats the Oracle's 71, but they share no seed.
+    assert best_per_density(accuracy_rows()) == "100 %: SILO (fit) (within noise of SILO (paper)); 80 %: SILO (paper) (not paired)"
+
+
+def test_a_diverged_final_chain_is_counted_not_averaged():
+    """Seed 12's SILO (paper) chain diverged at cycle 1 (its row reports 79, from before the divergence): from
+    cycle 1 on the cell averages seeds 10 and 11 only and says 1 diverged; the paired comparison leaves it out."""
+    rows = [row("silo_paper", "final", s, c, test_acc=a, diverged=(s, c) == (12, 1))
+            for s, accs in {10: (80.0, 70.0), 11: (82.0, 72.0), 12: (81.0, 79.0)}.items() for c, a in enumerate(accs)]
+    rows += [row("warmup", "final", s, c, test_acc=a)
+             for s, accs in {10: (80.0, 69.0), 11: (82.0, 70.0), 12: (81.0, 60.0)}.items() for c, a in enumerate(accs)]
+    table = accuracy_table(results_frame(rows))
+    assert table.cells.values.tolist() == [
+        ["SILO (paper)", f"81.00 ± {half_width([80.0, 82.0, 81.0]):.2f} (n=3)",
+         f"71.00 ± {half_width([70.0, 72.0]):.2f} (n=2, 1 diverged)"],
+        ["LR warmup", f"81.00 ± {half_width([80.0, 82.0, 81.0]):.2f} (n=3)",
+         f"66.33 ± {half_width([69.0, 70.0, 60.0]):.2f} (n=3)"],
+    ]
+    data = table.data.set_index(["method", "cycle"])
+    assert data.loc[("silo_paper", 1), ["mean", "n_seeds", "diverged"]].tolist() == [71.0, 2, 1]
+    # Paired at λ = 80 on seeds 10, 11: [1, 2], mean 1.5, half-width 12.71·0.707/√2 = 6.35: ahead, CI contains 0.
+    assert "at 2 of 2 densities, with the paired 95 % CI above 0 at 0" in table.verdict
+    every = [row("silo_paper", "final", s, 0, test_acc=50.0, diverged=True) for s in (10, 11)]
+    assert accuracy_table(results_frame(every)).cells.values.tolist() == [["SILO (paper)", "diverged (n=2)"]]
 
 
 def test_accuracy_table_exact_markdown():
@@ -230,38 +256,51 @@ def test_oracle_table_paper_layout_with_both_intervals_and_both_silo_variants():
         ["Oracle max_lr", "0.1", "0.2"],
         ["val. acc. (mean ± s.e.)", "81.00 ± 0.58", "80.00 ± 0.00"],
         ["Oracle interval (paper)", "[0.1, 0.1]", "[0.1, 0.2]"],
-        ["noise-aware interval", "[0.05, 0.1]", "[0.1, 0.4]"],
-        ["contiguous (paper / noise)", "yes / yes", "yes / yes"],
+        ["not shown worse (lenient)", "[0.05, 0.1]", "[0.1, 0.4]"],
+        ["shown within 0.5 (strict)", "[0.1, 0.1]", "[0.1, 0.2]"],
+        ["values shown within 0.5", "1", "2"],
+        ["contiguous (paper / not shown worse)", "yes / yes", "yes / yes"],
         ["values trained", "5", "4"],
         ["unimodal", "yes", "yes"],
         ["SILO (paper) max_lr", "0.05", "0.2"],
-        ["SILO (paper) inside (paper / noise)", "no / yes", "yes / yes"],
+        ["SILO (paper) inside (paper / not shown worse / within)", "no / yes / no*", "yes / yes / yes"],
         ["SILO (fit) max_lr", "0.2", "0.4"],
-        ["SILO (fit) inside (paper / noise)", "no / no", "no / yes"],
+        ["SILO (fit) inside (paper / not shown worse / within)", "no / no / no*", "no / yes / no"],
     ]
     lines = headline(oracle_intervals(results_frame(oracle_rows() + silo_rows())))
+    # silo_rows carry no q: cycle 0 is never counted, so one cycle is judged. At cycle 1 (b = 0.2) SILO (paper) is
+    # 0.2 = b: in all three. SILO (fit) is 0.4: mean 79.1 (0.9 worse) outside the paper's, d = [−0.1, 0.9, 1.9]
+    # not shown worse, not shown within.
     assert lines == [
-        "SILO (paper) inside the noise-aware Oracle interval at 2 of 2 cycles (n = 3 tuning seeds, tolerance 0.5 "
-        "points, 95 % one-sided; the paper's interval: 1 of 2).",
-        "SILO (fit) inside the noise-aware Oracle interval at 1 of 2 cycles (n = 3 tuning seeds, tolerance 0.5 "
-        "points, 95 % one-sided; the paper's interval: 0 of 2).",
+        'SILO (paper) at the 1 cycle from 1 on: inside the paper\'s interval at 1, "not shown worse" (lenient) at '
+        '1, "shown within 0.5" (strict) at 1 (n = 3 tuning seeds, 95 % one-sided; cycles < 1, marked *, test '
+        'nothing and are not counted).',
+        'SILO (fit) at the 1 cycle from 1 on: inside the paper\'s interval at 0, "not shown worse" (lenient) at '
+        '1, "shown within 0.5" (strict) at 0 (n = 3 tuning seeds, 95 % one-sided; cycles < 1, marked *, test '
+        'nothing and are not counted).',
     ]
     assert table.verdict == " ".join(lines)
 
 
-def test_headline_uses_the_papers_interval_below_three_seeds():
-    two = {c: (b, {lr: accs[:2] for lr, accs in values.items()}) for c, (b, values) in CYCLES.items()}
-    lines = headline(oracle_intervals(results_frame(oracle_rows(two, seeds=2) + silo_rows())))
-    # Two seeds: cycle 0's paper interval is [0.05, 0.1] (80.2 against 80.5), the noise-aware one [0.05, 0.2];
-    # cycle 1's are both [0.1, 0.4]. SILO (fit) at 0.2 then 0.4 is inside the paper's once, the noise-aware twice.
-    assert lines == [
-        "SILO (paper) inside the paper's Oracle interval at 2 of 2 cycles (n = 2 tuning seeds, tolerance 0.5 "
-        "points; fewer than 3 seeds, so not the noise-aware interval, which gives 2 of 2).",
-        "SILO (fit) inside the paper's Oracle interval at 1 of 2 cycles (n = 2 tuning seeds, tolerance 0.5 "
-        "points; fewer than 3 seeds, so not the noise-aware interval, which gives 2 of 2).",
-    ]
+def test_headline_counts_only_cycles_after_q():
+    """With q = 0 for SILO (fit) the first judged cycle is still 1 (cycle 0 tests nothing); with q = 1 for SILO
+    (paper) and only cycles 0-1 nothing is judged."""
+    silo = [r | {"epsilon": 0.1, "delta": 0.1, "beta": 5.0, "q": 1 if r["method"] == "silo_paper" else 0}
+            for r in silo_rows()]
+    df = results_frame(oracle_rows() + silo)
+    lines = oracle_table(df).verdict
+    assert "SILO (paper) at the 0 cycles from 2 on: inside the paper's interval at 0," in lines
+    assert "SILO (fit) at the 1 cycle from 1 on:" in lines
+    cells = oracle_table(df).cells.set_index("λ (%)")
+    assert cells.loc["SILO (paper) inside (paper / not shown worse / within)"].tolist() == ["no / yes / no*",
+                                                                                             "yes / yes / yes*"]
+    assert cells.loc["SILO (fit) inside (paper / not shown worse / within)"].tolist() == ["no / no / no*",
+                                                                                           "no / yes / no"]
+
+
+def test_headline_without_silo_rows():
     no_silo = headline(oracle_intervals(results_frame(oracle_rows())))
-    assert no_silo == ["No SILO rows; 2 of 2 noise-aware Oracle intervals contiguous (n = 3)."]
+    assert no_silo == ['No SILO rows; 2 of 2 "not shown worse" sets contiguous (n = 3).']
 
 
 def test_values_table_lists_every_value_with_both_flags():
@@ -272,7 +311,9 @@ def test_values_table_lists_every_value_with_both_flags():
     assert data.loc[(0, 0.05), ["paper_inside", "noise_inside", "best"]].tolist() == [False, True, False]
     assert data.loc[(0, 0.2), ["paper_inside", "noise_inside"]].tolist() == [False, False]
     assert data["best"].sum() == 2 and data.loc[(1, 0.2), "best"]
-    assert table.cells.iloc[1].tolist() == ["100", "0.05", "80.20 ± 0.00", "no", "yes", ""]
+    assert table.cells.iloc[1].tolist() == ["100", "0.05", "80.20 ± 0.00", "no", "yes", "no", ""]
+    # cycle 1: 0.1 is 0.4 worse on every seed (sd 0): shown within 0.5; 0.4 is not.
+    assert data.loc[(1, 0.1), "within"] and not data.loc[(1, 0.4), "within"] and data.loc[(1, 0.2), "within"]
     assert table.verdict == "9 (cycle, max_lr) values trained by every seed; every cycle's seed-mean curve is unimodal."
     bumpy = {0: (0.1, {0.025: [76.0], 0.05: [75.0], 0.1: [80.0]})}
     assert values_table(results_frame(oracle_rows(bumpy, seeds=1))).verdict.endswith("not unimodal at λ = 100 %.")

@@ -1,5 +1,5 @@
-"""The one selection rule (b, the paper's interval, the noise-aware interval, what to train next) on hand-made
-curves whose answers are worked out by hand in each test."""
+"""The one selection rule (b, the paper's interval, the "not shown worse" and "shown within 0.5" sets, the
+"inside" rule, what to train next) on hand-made curves whose answers are worked out by hand in each test."""
 from __future__ import annotations
 
 import math
@@ -11,8 +11,8 @@ import pytest
 from scipy import stats
 
 from oracle_search.schema import results_frame
-from oracle_search.selection import (Curve, best_value, bracket, choose, dense_best, lr_key, next_values,
-                                     noise_excluded, unimodal)
+from oracle_search.selection import (Curve, best_value, bracket, choose, dense_best, in_set, lr_key, next_values,
+                                     noise_excluded, shown_within, unimodal)
 
 
 def rows(accs: dict[float, list[float]], diverged: set[tuple[float, int]] = frozenset()) -> list[dict]:
@@ -220,3 +220,44 @@ def test_dense_best_is_the_oracles_seed_mean_best_at_cycle_zero():
            {"method": "constant", "stage": "tune", "seed": 0, "cycle": 0, "max_lr": 0.16, "val_acc": 99.0}])
     assert dense_best(table) == 0.04  # means 79.0 and 79.25
     assert dense_best(table[table["method"] != "oracle"]) is None
+
+
+# b = 0.2 (mean 80). 0.1: d = [0.1, 0.2, 0.3] → 0.2 + t(0.95, 2)·0.1/√3 = 0.2 + 2.92·0.0577 = 0.369 < 0.5: shown
+# within. 0.4: d = [−0.6, 0.4, 1.4] → mean 0.4 inside the paper's interval, but 0.4 + 2.92/√3 = 2.09: not shown
+# within. 0.8: d = [0.45, 0.45, 0.45] → 0.45 + 0 < 0.5: shown within. 1.6 diverged on seed 2: in no set.
+STRICT = {0.05: [70.0, 70.0, 70.0], 0.1: [79.9, 79.8, 79.7], 0.2: [80.0, 80.0, 80.0], 0.4: [80.6, 79.6, 78.6],
+          0.8: [79.55, 79.55, 79.55], 1.6: [80.0, 80.0, 80.0]}
+
+
+def test_shown_within_is_an_equivalence_test_inside_the_paper_interval():
+    choice = choose(curve(STRICT, diverged={(1.6, 2)}))
+    assert choice.best == 0.2
+    assert flags(choice, "within") == {0.05: False, 0.1: True, 0.2: True, 0.4: False, 0.8: True, 1.6: False}
+    assert flags(choice, "inside") == {0.05: False, 0.1: True, 0.2: True, 0.4: True, 0.8: True, 1.6: False}
+    assert flags(choice, "noise_inside") == {0.05: False, 0.1: True, 0.2: True, 0.4: True, 0.8: True, 1.6: False}
+    assert (choice.strict_lo, choice.strict_hi) == (0.1, 0.8)
+    t = stats.t.ppf(0.95, 2)
+    assert 0.2 + t * 0.1 / math.sqrt(3) < 0.5 < 0.4 + t * 1.0 / math.sqrt(3)
+    assert shown_within(np.array([0.1, 0.2, 0.3])) and not shown_within(np.array([-0.6, 0.4, 1.4]))
+    assert not shown_within(np.array([0.5, 0.5, 0.5]))  # strict: exactly 0.5 is not within
+    assert not shown_within(np.array([0.0]))  # one seed shows nothing
+
+
+def test_one_seed_strict_set_is_b_alone():
+    choice = choose(curve({0.1: [79.9], 0.2: [80.0], 0.4: [79.0]}))
+    assert flags(choice, "within") == {0.1: False, 0.2: True, 0.4: False}
+    assert flags(choice, "noise_inside") == {0.1: True, 0.2: True, 0.4: False}  # the paper's interval
+
+
+def test_inside_a_set_means_a_member_or_between_two_adjacent_members():
+    values, members = [0.1, 0.2, 0.4, 0.8, 1.6], [True, True, False, True, True]
+    assert in_set(0.1, values, members) and in_set(0.15, values, members)
+    assert in_set(0.2 * (1 + 1e-12), values, members)  # float rounding of a computed max_lr
+    assert not in_set(0.4, values, members)  # an excluded trained value inside [lo, hi] is not inside
+    assert not in_set(0.3, values, members) and not in_set(0.6, values, members)  # next to a non-member
+    assert in_set(1.0, values, members) and in_set(1.6, values, members)
+    assert not in_set(0.05, values, members) and not in_set(3.2, values, members)
+    # The STRICT curve: 0.3 and 0.6 sit next to 0.4, which was not shown within, though [lo, hi] = [0.1, 0.8].
+    choice = choose(curve(STRICT, diverged={(1.6, 2)}))
+    assert not in_set(0.3, choice.values, choice.within) and in_set(0.15, choice.values, choice.within)
+    assert in_set(0.3, choice.values, choice.inside) and not in_set(1.2, choice.values, choice.inside)
