@@ -352,3 +352,144 @@ def statistics_table(df: pd.DataFrame) -> Table | None:
                f"{last.grad_std / first.grad_std:.2f}× and activation σ {last.act_std / first.act_std:.2f}× "
                f"({name}, mean over seeds).")
     return Table("statistics", "Gradient and activation statistics (§3.1)", cells, data, verdict)
+
+
+# --- regret, controls and the verdict ---------------------------------------------------------------------------
+
+VERSUS_LABELS = {"oracle": "the Oracle", "constant_dense": "not adapting (constant_dense)",
+                 "constant_best": "the best constant in hindsight (constant_best, optimistic)"}
+SCHEDULE_LABELS = {"constant_dense": "constant_dense (not adapting)",
+                   "constant_best": "constant_best (hindsight, optimistic)"}
+
+
+def _schedule_label(name: str) -> str:
+    return SCHEDULE_LABELS.get(name, label(name))
+
+
+def _ci(lo: float, hi: float) -> str:
+    return DASH if pd.isna(lo) else f"[{lo:+.2f}, {hi:+.2f}]"
+
+
+def _need(seeds: object) -> str:
+    return "more than 1000 seeds would be needed" if pd.isna(seeds) else f"about {int(seeds)} seeds would tell"
+
+
+def _judged(row: pd.Series, name: str) -> str:
+    """One comparison in words: better, worse, not distinguishable (with the seeds needed), or not comparable."""
+    if row["verdict"] == "undefined":
+        why = (f"n = {row['n']} < 2 seeds" if row["n"] < 2 else
+               "a max_lr lies outside the values the Oracle trained on every seed, or next to a diverged one")
+        return f"cannot be compared with {name} ({why})"
+    numbers = f"{row['advantage']:+.2f} points (95 % CI {_ci(row['ci_lo'], row['ci_hi'])})"
+    if row["verdict"] == "better":
+        return f"beats {name}: {numbers}"
+    if row["verdict"] == "worse":
+        return f"loses to {name}: {numbers}"
+    need = "no difference at all" if row["advantage"] == 0 else _need(row["seeds_needed"])
+    return f"is not distinguishable from {name} at n = {row['n']}: {numbers}, {need}"
+
+
+def verdict_lines(df: pd.DataFrame) -> list[str]:
+    """The report's first lines: per SILO variant, does it beat not adapting and the best constant in hindsight
+    (and how far is it from the Oracle); the controls named; the multiplicity said."""
+    verdict = verdict_frame(df)
+    if verdict.empty:
+        return ["No Oracle or no SILO rows: no verdict against the controls."]
+    regret = regret_frame(df)
+    last = int(regret["cycle"].max())
+    lrs = regret.groupby("schedule")["max_lr"].first()
+    dense, best = lrs.get("constant_dense", np.nan), lrs.get("constant_best", np.nan)
+    names = {"constant_dense": f"not adapting (constant_dense = {fmt_lr(dense)})",
+             "constant_best": f"the best constant in hindsight (constant_best = {fmt_lr(best)}, optimistic)"}
+    lines = []
+    for method, rows in verdict.groupby("schedule", sort=False):
+        by = rows.set_index("versus")
+        lines.append(f"Does {label(method)} beat not adapting and the best constant in hindsight? It "
+                     f"{_judged(by.loc['constant_dense'], names['constant_dense'])}; it "
+                     f"{_judged(by.loc['constant_best'], names['constant_best'])}; it "
+                     f"{_judged(by.loc['oracle'], 'the Oracle')} (validation accuracy on the Oracle's chain, summed "
+                     f"over cycles 1–{last}, n = {by['n'].iloc[0]} tuning seeds).")
+    lines.append(f"The controls come from the Oracle's rows, with no extra training: constant_dense = "
+                 f"{fmt_lr(dense)}, the Oracle's dense choice kept at every cycle (what LR warmup, tuned on cycle 0, "
+                 f"does); constant_best = {fmt_lr(best)}, the best single max_lr in hindsight, chosen on the same "
+                 "data, so an optimistic control. Regret: per tuning seed, the validation accuracy of a leave-one-out "
+                 "Oracle's choice minus the accuracy at the schedule's max_lr (linear in ln max_lr between values "
+                 "every seed trained), with a 95 % t interval.")
+    lines.append(f"These are {len(verdict)} comparisons ({len(verdict) // 3} SILO variant"
+                 f"{'s' * (len(verdict) != 3)} × the Oracle, constant_dense and constant_best), each at 95 %, not "
+                 "corrected for multiplicity.")
+    return lines
+
+
+def end_to_end_line(df: pd.DataFrame) -> str:
+    """Each SILO variant's own final chains against LR warmup's, in words."""
+    frame = end_to_end(df)
+    if frame.empty:
+        return "No LR warmup final rows: no end-to-end comparison."
+    last = int(df["cycle"].max())
+    parts = []
+    for _, row in frame.iterrows():
+        gone = (f"; diverged chains left out: {row['diverged']} of {label(row['schedule'])}, "
+                f"{row['versus_diverged']} of LR warmup" if row["diverged"] or row["versus_diverged"] else "")
+        parts.append(f"{label(row['schedule'])} {_judged(row, 'LR warmup')}{gone}")
+    return (f"End to end, each method's own final chains on the evaluation seeds (test accuracy, paired per seed, "
+            f"summed over cycles 1–{last}): " + "; ".join(parts) + ".")
+
+
+def verdict_table(df: pd.DataFrame) -> Table | None:
+    """tables/verdict.csv: each SILO variant against the Oracle and both controls."""
+    data = verdict_frame(df)
+    if data.empty:
+        return None
+    cells = pd.DataFrame({
+        "Schedule": data["schedule"].map(label),
+        "versus": data["versus"].map(_schedule_label).replace({"oracle": "Oracle"}),
+        "advantage (points)": data["advantage"].map(lambda a: DASH if pd.isna(a) else f"{a:+.2f}"),
+        "95 % CI": [_ci(lo, hi) for lo, hi in zip(data["ci_lo"], data["ci_hi"])],
+        "verdict": data["verdict"],
+        "seeds needed": data["seeds_needed"].map(lambda k: DASH if pd.isna(k) else str(int(k))),
+        "n": data["n"].astype(str),
+    })
+    return Table("verdict", "Verdict: SILO against the Oracle and the controls", cells, data,
+                 " ".join(verdict_lines(df)[:1]))
+
+
+def end_to_end_table(df: pd.DataFrame) -> Table | None:
+    """tables/end_to_end.csv: each SILO variant's final chains against LR warmup's on the evaluation seeds."""
+    data = end_to_end(df)
+    if data.empty:
+        return None
+    cells = pd.DataFrame({
+        "Schedule": data["schedule"].map(label),
+        "versus": data["versus"].map(label),
+        "advantage (points)": data["advantage"].map(lambda a: DASH if pd.isna(a) else f"{a:+.2f}"),
+        "95 % CI": [_ci(lo, hi) for lo, hi in zip(data["ci_lo"], data["ci_hi"])],
+        "verdict": data["verdict"],
+        "seeds needed": data["seeds_needed"].map(lambda k: DASH if pd.isna(k) else str(int(k))),
+        "n": data["n"].astype(str),
+        "diverged (schedule / versus)": [f"{a} / {b}" for a, b in zip(data["diverged"], data["versus_diverged"])],
+    })
+    return Table("end_to_end", "End to end: final chains against LR warmup (test accuracy)", cells, data,
+                 end_to_end_line(df))
+
+
+def regret_table(df: pd.DataFrame) -> Table | None:
+    """tables/regret.csv: per schedule and cycle, max_lr and regret with its 95 % CI (paper layout)."""
+    data = regret_frame(df)
+    if data.empty:
+        return None
+    lam = densities(df)
+    cycles = sorted(data["cycle"].unique())
+    rows = {}
+    for name, group in data.groupby("schedule", sort=False):
+        group = group.set_index("cycle")
+        first = first_judged(df, name) if name in SILO_METHODS else 1
+        rows[f"{_schedule_label(name)} max_lr"] = [fmt_lr(group.loc[c, "max_lr"]) for c in cycles]
+        rows[f"{_schedule_label(name)} regret"] = _marked(
+            [DASH if pd.isna(group.loc[c, "regret"]) else
+             f"{group.loc[c, 'regret']:+.2f} {_ci(group.loc[c, 'ci_lo'], group.loc[c, 'ci_hi'])}" for c in cycles],
+            pd.Series(cycles), first)
+    n = int(data["n"].iloc[0])
+    verdict = (f"Regret in validation-accuracy points against a leave-one-out Oracle on its chain, mean and 95 % CI "
+               f"over n = {n} tuning seeds; – where undefined; * cycles a SILO variant does not adapt at (≤ q).")
+    return Table("regret", "Regret per cycle", _by_density(rows, lam.reindex(cycles)), data, verdict)

@@ -1,6 +1,6 @@
 """`oracle-search report DIR` on hand-made results tables written with `oracle_search.schema.write_results`:
-every table and figure, the answer first and the settings last, a self-contained HTML page, and the noise-aware
-interval's columns in tables/oracle.csv."""
+every table and figure, the verdict against the controls first and the settings last, a self-contained HTML page,
+the three sets' columns in tables/oracle.csv, and tables/regret.csv and tables/verdict.csv."""
 from __future__ import annotations
 
 import base64
@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from oracle_search.cli import main
 from oracle_search.schema import write_results
@@ -110,8 +111,9 @@ def report(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     return out, report_of(out, realistic())
 
 
-TABLES = ("oracle", "oracle_values", "oracle_seeds", "accuracy", "cost", "statistics")
-FIGURES = ("max_lr", "accuracy", "histograms")
+TABLES = ("oracle", "oracle_values", "oracle_seeds", "verdict", "end_to_end", "regret", "accuracy", "cost",
+          "statistics")
+FIGURES = ("regret", "max_lr", "accuracy", "histograms")
 
 
 def test_every_table_and_figure_is_written_and_printed(report):
@@ -134,16 +136,23 @@ def test_the_answer_comes_first_and_the_settings_last(report):
     out, _ = report
     md = (out / "report.md").read_text()
     assert md.startswith("# Oracle search report: demo\n")
-    assert sections(md) == ["The answer", "Oracle max_lr and intervals (paper §5.3)", "Test accuracy", "Cost",
-                            "Gradient and activation statistics (§3.1)", "Settings"]
+    assert sections(md) == ["The answer", "Oracle max_lr and intervals (paper §5.3)", "Regret, controls and verdict",
+                            "Test accuracy", "Cost", "Gradient and activation statistics (§3.1)", "Settings"]
     answer = md[md.index("## The answer"):md.index("## Oracle max_lr")]
-    assert re.search(r"_SILO \(paper\) inside the noise-aware Oracle interval at \d of 5 cycles \(n = 3 tuning "
-                     r"seeds", answer)
-    assert re.search(r"_SILO \(fit\) inside the noise-aware Oracle interval at \d of 5 cycles", answer)
+    assert answer.index("_Does SILO (paper) beat not adapting and the best constant in hindsight? It ") < answer.index(
+        "_Does SILO (fit) beat")
+    assert re.search(r"not adapting \(constant_dense = 0\.08\): [+-]\d+\.\d\d points \(95 % CI \[[+-]\d+\.\d\d, "
+                     r"[+-]\d+\.\d\d\]\)", answer)
+    assert "the best constant in hindsight (constant_best = 0.32, optimistic)" in answer
+    assert "summed over cycles 1–4, n = 3 tuning seeds)." in answer
+    assert "These are 6 comparisons (2 SILO variants × the Oracle, constant_dense and constant_best), each at 95 %, " \
+           "not corrected for multiplicity." in answer
+    assert "End to end, each method's own final chains on the evaluation seeds" in answer
     assert re.search(r"SILO \(paper\) cost \d+% of the Oracle's epochs", answer)
-    assert re.search(r"SILO \(paper\) has the highest mean at \d of 5 densities, beyond the 95 % half-widths at \d",
+    assert re.search(r"SILO \(paper\) is ahead of every method it shares evaluation seeds with at \d of 5 densities",
                      answer)
-    assert "Best mean test accuracy per density: 100 %: " in answer and "(figures/max_lr.png)" in answer
+    assert "Best mean test accuracy per density: 100 %: " in answer and "(figures/regret.png)" in answer
+    assert md.index("constant_dense") < md.index("constant_best") < md.index("| ")  # both controls before a table
     assert "| preset |" not in md[:md.index("## Settings")]
     settings = md[md.index("## Settings"):]
     assert "| preset  |  mnist1d-mlp |" in settings and "| grid    | [0.01, 0.02] |" in settings
@@ -175,24 +184,54 @@ def test_html_is_self_contained_with_the_answer_first(report):
     assert page.count("<table>") == len(TABLES) + 1  # plus the settings
     headings = re.findall(r"<h2[^>]*>([^<]+)</h2>", page)
     assert headings[0] == "The answer" and headings[-1] == "Settings"
-    assert page.index("SILO (paper) inside the noise-aware Oracle interval") < page.index("<table>")
+    assert page.index("Does SILO (paper) beat not adapting") < page.index("<table>")
+    assert page.index("constant_best") < page.index("<table>")
 
 
-def test_oracle_csv_holds_both_intervals_and_each_silo_variant(report):
+def in_set_by_hand(x: float, members: pd.DataFrame) -> bool:
+    """A member, or strictly between two adjacent trained values that are both members (members: max_lr, flag)."""
+    values, flags = members["max_lr"].tolist(), members["flag"].tolist()
+    if any(abs(x / v - 1) < 1e-6 and f for v, f in zip(values, flags)):
+        return True
+    return any(a < x < b and fa and fb for a, b, fa, fb in zip(values, values[1:], flags, flags[1:]))
+
+
+def test_oracle_csv_holds_the_three_sets_and_each_silo_variant(report):
     out, _ = report
     pooled = pd.read_csv(out / "tables/oracle.csv")
-    assert {"noise_lo", "noise_hi", "noise_contiguous", "silo_paper_max_lr", "silo_paper_inside",
-            "silo_paper_noise_inside", "silo_fit_max_lr", "silo_fit_inside", "silo_fit_noise_inside"} <= set(pooled)
+    assert {"lo", "hi", "noise_lo", "noise_hi", "noise_contiguous", "strict_lo", "strict_hi", "silo_paper_max_lr",
+            "silo_paper_inside", "silo_paper_noise_inside", "silo_paper_within", "silo_fit_max_lr",
+            "silo_fit_inside", "silo_fit_noise_inside", "silo_fit_within"} <= set(pooled)
     assert pooled["cycle"].tolist() == list(range(CYCLES + 1))
     assert (pooled["n_seeds"] == len(SEEDS)).all()
     assert (pooled["noise_lo"] <= pooled["lo"]).all() and (pooled["hi"] <= pooled["noise_hi"]).all()
+    assert (pooled["lo"] <= pooled["strict_lo"]).all() and (pooled["strict_hi"] <= pooled["hi"]).all()
     assert pooled["best_max_lr"].is_monotonic_increasing  # the optimum moves up with pruning
+    values = pd.read_csv(out / "tables/oracle_values.csv")
     for method, params in PARAMS.items():
         lr = [silo_max_lr(m, rate=RATE, **params) for m in range(CYCLES + 1)]
         assert pooled[f"{method}_max_lr"].tolist() == pytest.approx(lr)
-        for flag, lo, hi in (("inside", "lo", "hi"), ("noise_inside", "noise_lo", "noise_hi")):
-            expected = [a * (1 - 1e-9) <= v <= b * (1 + 1e-9) for v, a, b in zip(lr, pooled[lo], pooled[hi])]
-            assert pooled[f"{method}_{flag}"].tolist() == expected
+        for flag, column in (("inside", "paper_inside"), ("noise_inside", "noise_inside"), ("within", "within")):
+            expected = [in_set_by_hand(x, values[values["cycle"] == c].rename(columns={column: "flag"}))
+                        for c, x in enumerate(lr)]
+            assert pooled[f"{method}_{flag}"].tolist() == expected, (method, flag)
+
+
+def test_regret_and_verdict_csvs_have_the_defined_columns(report):
+    out, _ = report
+    regret = pd.read_csv(out / "tables/regret.csv")
+    assert list(regret.columns) == ["schedule", "cycle", "max_lr", "regret", "ci_lo", "ci_hi", "n"]
+    assert regret["schedule"].unique().tolist() == ["silo_paper", "silo_fit", "constant_dense", "constant_best"]
+    assert (regret.groupby("schedule")["cycle"].apply(list) == [list(range(CYCLES + 1))] * 4).all()
+    assert regret["n"].eq(3).all()
+    verdict = pd.read_csv(out / "tables/verdict.csv")
+    assert list(verdict.columns) == ["schedule", "versus", "advantage", "ci_lo", "ci_hi", "n", "verdict",
+                                     "seeds_needed"]
+    assert list(zip(verdict["schedule"], verdict["versus"])) == [
+        (m, v) for m in ("silo_paper", "silo_fit") for v in ("oracle", "constant_dense", "constant_best")]
+    assert set(verdict["verdict"]) <= {"better", "worse", "indistinguishable", "undefined"}
+    e2e = pd.read_csv(out / "tables/end_to_end.csv")
+    assert e2e["versus"].eq("warmup").all() and e2e["n"].eq(3).all()
 
 
 # The issue's example at cycle 0 (b = 0.1; 0.05 noisy and 0.8 points worse: inside the noise-aware interval;
@@ -232,24 +271,67 @@ def hand(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     return out, report_of(out, hand_rows() + abandoned_rows(), spec=None)
 
 
-def test_report_reads_the_noise_aware_interval_off_a_hand_made_table(hand):
+def test_report_reads_the_sets_off_a_hand_made_table(hand):
     _, printed = hand
     pooled = pd.read_csv(printed["tables/oracle.csv"]).set_index("cycle")
     assert pooled["best_max_lr"].tolist() == [0.1, 0.2]  # not the abandoned chain's 0.8 at cycle 1
     assert pooled["n_values"].tolist() == [5, 4]
     assert list(zip(pooled["lo"], pooled["hi"])) == [(0.1, 0.1), (0.1, 0.2)]
     assert list(zip(pooled["noise_lo"], pooled["noise_hi"])) == [(0.05, 0.1), (0.1, 0.4)]
+    # Cycle 1: 0.1 is 0.4 worse on every seed, so shown within 0.5; 0.4 (d = [−0.1, 0.9, 1.9]) is not.
+    assert list(zip(pooled["strict_lo"], pooled["strict_hi"])) == [(0.1, 0.1), (0.1, 0.2)]
     assert pooled["noise_contiguous"].tolist() == [True, True]
     assert pooled["silo_paper_max_lr"].tolist() == [0.05, 0.2]
     assert pooled["silo_paper_inside"].tolist() == [False, True]
     assert pooled["silo_paper_noise_inside"].tolist() == [True, True]
+    assert pooled["silo_paper_within"].tolist() == [False, True]
     assert pooled["silo_fit_max_lr"].tolist() == [0.2, 0.4]
     assert pooled["silo_fit_inside"].tolist() == [False, False]
     assert pooled["silo_fit_noise_inside"].tolist() == [False, True]
+    assert pooled["silo_fit_within"].tolist() == [False, False]
     md = printed["report.md"].read_text()
-    assert "_SILO (paper) inside the noise-aware Oracle interval at 2 of 2 cycles" in md
-    assert re.search(r"\| noise-aware interval +\| +\[0\.05, 0\.1\] \| +\[0\.1, 0\.4\] \|", md)
+    # q = 1 for SILO (paper): no cycle after q; q = 2 for SILO (fit): none either.
+    assert 'SILO (paper) at the 0 cycles from 2 on: inside the paper\'s interval at 0, "not shown worse"' in md
+    assert re.search(r"\| not shown worse \(lenient\) +\| +\[0\.05, 0\.1\] \| +\[0\.1, 0\.4\] \|", md)
+    assert re.search(r"\| values shown within 0\.5 +\| +1 \| +2 \|", md)
     assert "## Settings" not in md  # no spec.json
+
+
+def test_hand_made_regret_and_verdict(hand):
+    """By hand. Leave-one-out Oracle: 0.1 at cycle 0 whichever seed is left out ([80, 81, 82]), 0.2 at cycle 1
+    ([80, 80, 80]). constant_dense = 0.1; constant_best = 0.2 (cycle 1 means: 0.05 60, 0.1 79.6, 0.2 80, 0.4 79.1;
+    0.025 lies below cycle 1's values). Cycle 1: SILO (paper) at 0.2 has regret 0; SILO (fit) at 0.4
+    d = [−0.1, 0.9, 1.9]; constant_dense d = [0.4, 0.4, 0.4]."""
+    _, printed = hand
+    regret = pd.read_csv(printed["tables/regret.csv"]).set_index(["schedule", "cycle"])
+    assert regret.loc["constant_dense", "max_lr"].tolist() == [0.1, 0.1]
+    assert regret.loc["constant_best", "max_lr"].tolist() == [0.2, 0.2]
+    half = 4.302652729911275 / 3**0.5  # t(0.975, 2)·1/√3
+    assert regret.loc[("silo_paper", 0), ["regret", "ci_lo", "ci_hi"]].tolist() == pytest.approx([0.8, 0.8 - half, 0.8 + half])
+    assert regret.loc[("silo_fit", 1), ["regret", "ci_lo", "ci_hi"]].tolist() == pytest.approx([0.9, 0.9 - half, 0.9 + half])
+    assert regret.loc[("constant_dense", 1), ["regret", "ci_lo", "ci_hi"]].tolist() == pytest.approx([0.4, 0.4, 0.4])
+    assert regret.loc[("silo_paper", 1), "regret"] == pytest.approx(0)
+    verdict = pd.read_csv(printed["tables/verdict.csv"]).set_index(["schedule", "versus"])
+    row = verdict.loc[("silo_paper", "constant_dense")]  # a(0.2) − a(0.1) = [0.4, 0.4, 0.4]
+    assert (row.advantage, row.ci_lo, row.ci_hi, row.verdict, row.seeds_needed) == (
+        pytest.approx(0.4), pytest.approx(0.4), pytest.approx(0.4), "better", 2)
+    row = verdict.loc[("silo_paper", "oracle")]
+    assert (row.advantage, row.verdict) == (pytest.approx(0), "indistinguishable") and pd.isna(row.seeds_needed)
+    row = verdict.loc[("silo_fit", "constant_best")]  # a(0.4) − a(0.2) = [0.1, −0.9, −1.9]
+    assert (row.advantage, row.ci_lo, row.ci_hi, row.verdict) == (
+        pytest.approx(-0.9), pytest.approx(-0.9 - half), pytest.approx(-0.9 + half), "indistinguishable")
+    # seeds_needed by brute force: the first n' with (t(0.975, n'−1) + t(0.8, n'−1))·1/√n' < 0.9.
+    need = next(k for k in range(2, 1001)
+                if (stats.t.ppf(0.975, k - 1) + stats.t.ppf(0.8, k - 1)) / k**0.5 < 0.9)
+    assert row.seeds_needed == need == 12
+    md = printed["report.md"].read_text()
+    assert ("Does SILO (paper) beat not adapting and the best constant in hindsight? It beats not adapting "
+            "(constant_dense = 0.1): +0.40 points (95 % CI [+0.40, +0.40]); it is not distinguishable from the best "
+            "constant in hindsight (constant_best = 0.2, optimistic) at n = 3: +0.00 points (95 % CI [+0.00, "
+            "+0.00]), no difference at all; it is not distinguishable from the Oracle at n = 3") in md
+    assert "is not distinguishable from the best constant in hindsight (constant_best = 0.2, optimistic) at n = 3: " \
+           "-0.90 points (95 % CI [-3.38, +1.58]), about 12 seeds would tell" in md
+    assert "No LR warmup final rows: no end-to-end comparison." in md
 
 
 @pytest.mark.filterwarnings("error::pandas.errors.Pandas4Warning")  # CSV empty strings read back as NaN floats
@@ -266,7 +348,9 @@ def test_csv_results_give_the_same_report(hand, tmp_path):
 def test_oracle_only_results_still_report_with_notes(tmp_path):
     printed = report_of(tmp_path, realistic(("oracle",), cycles=2))
     md = printed["report.md"].read_text()
-    assert "_No SILO rows; " in md and "noise-aware Oracle intervals contiguous (n = 3)._" in md
+    assert '**Verdict:** No SILO rows; 3 of 3 "not shown worse" sets contiguous (n = 3).' in md
+    assert "_No Oracle or no SILO rows: no verdict against the controls._" in md
+    assert "tables/regret.csv" in printed and "tables/verdict.csv" not in printed
     assert "_No baseline rows: baselines left out._" in md
     assert "No SILO or no Oracle rows: no cost comparison." in md
     assert "SILO" not in printed["tables/oracle.md"].read_text()
