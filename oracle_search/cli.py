@@ -332,7 +332,7 @@ def build_parser() -> Parser:
         o = c.add_argument_group("Oracle")
         o.add_argument("--grid", help="max_lr values: 0.01,0.02 or log:LO:HI:N (default: the preset's grid)")
         o.add_argument("--seeds", type=int, default=3, help="tuning seeds; every max_lr is trained on each "
-                       "(default 3: the noise-aware interval needs several)")
+                       "(default 3: the 'not shown worse' and 'shown within 0.5' sets need several)")
         o.add_argument("--refine", type=int, default=3, help="most refinement rounds per cycle that resolve the "
                        "intervals' edges (default 3; 0: the grid or bracket only)")
         o.add_argument("--no-bracket", action="store_true", help="train the whole grid at every cycle, not a "
