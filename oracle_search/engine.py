@@ -86,6 +86,18 @@ class Ledger:
         path = self._path(key)
         return json.loads(path.read_text()) if path.exists() else None
 
+    def refuse(self, key: str) -> Path:
+        """Move the row under `key` out of the ledger, into ledger/refused/ (kept for inspection, never read
+        back as a row); returns where it went."""
+        target = self.dir / "refused" / f"{key}.json"
+        target.parent.mkdir(exist_ok=True)
+        n = 1
+        while target.exists():
+            n += 1
+            target = target.with_name(f"{key}.{n}.json")
+        os.replace(self._path(key), target)
+        return target
+
     def record(self, row: dict) -> None:
         atomic_write_json(self._path(row["key"]), row)
 
@@ -431,7 +443,7 @@ class Runner:
         A trial whose training an earlier row already did (the same `training` tag, e.g. the LR-warmup baseline's
         cycle-0 tuning and the Oracle's cycle-0 grid) is not trained again: that row is copied under the trial's
         key and tags, marked `reused`."""
-        rows = {t.key: row for t in trials if (row := self.ledger.get(t.key)) is not None}
+        rows = {t.key: row for t in trials if (row := self._hit(t)) is not None}
         rows |= self._reuse([t for t in trials if t.key not in rows])
         todo, twins = [], []  # twins: a later trial of a training this batch already runs
         leaders: set[str] = set()
@@ -461,6 +473,20 @@ class Runner:
             raise RunFailed(f"{len(missing)} trial(s) failed after {self.max_failures} retries{cause} "
                             f"(first: {first}); finished trials are kept, rerun the command to resume")
         return rows
+
+    def _hit(self, t: Training) -> dict | None:
+        """The ledger's row under t's key, unless it records another training than t's (`training` identity):
+        such a row is never reused; it is moved to ledger/refused/, said so, and t is trained again."""
+        row = self.ledger.get(t.key)
+        if row is None or row.get("training") == t.tags.get("training"):
+            return row
+        kept = self.ledger.refuse(t.key)
+        if self._trainings is not None and self._trainings.get(row.get("training"), {}).get("key") == t.key:
+            del self._trainings[row["training"]]
+        self.progress.say(f"  ledger: {t.key} holds another training ({row.get('training')}, this trial is "
+                          f"{t.tags.get('training')}); refused, not reused: moved to {kept.relative_to(self.out)}, "
+                          "training it again")
+        return None
 
     def _configs(self, trials: list[Training]) -> list[dict]:
         """Tune trial configs: trials of one (spec, cycle, seed, start) that differ only in max_lr go together, up

@@ -35,9 +35,9 @@ import optuna
 from optuna.exceptions import ExperimentalWarning, UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from oracle_search.baselines import silo_spec, silo_tags
+from oracle_search.baselines import peak_name, silo_spec, silo_tags
 from oracle_search.engine import Runner, RunFailed
-from oracle_search.oracle import cycle_trial
+from oracle_search.oracle import chain_suffix, cycle_trial
 from oracle_search.schema import Method, Stage
 from trainables.schedules import SiloParams
 from trainables.spec import NUMERICS, ExperimentSpec, Resources, SpecError
@@ -326,19 +326,27 @@ def _fit(runner: Runner, study: optuna.Study, seeds: list[int], n_trials: int, s
         pool = _advance(runner, study, pool, seeds, target, heartbeats)
 
 
-def trial_key(study: optuna.Study, number: int, cycle: int, seed: int) -> str:
-    """The ledger key of one cycle of a study trial; the study's fingerprint keeps other studies' trials apart."""
-    return f"silo-fit-{study.study_name.rsplit('-', 1)[-1]}-t{number:04d}-c{cycle:02d}-s{seed}"
+def trial_key(study: optuna.Study, number: int, spec: ExperimentSpec, cycle: int, seed: int,
+              start: dict | None) -> str:
+    """The ledger key of one cycle of a study trial (`spec`: its SILO spec). The study's fingerprint keeps other
+    studies' trials apart; SILO's parameters and the start checkpoint keep a trial number that a new journal gave
+    other parameters, or a chain that started elsewhere, from hitting another trial's rows."""
+    return (f"silo-fit-{study.study_name.rsplit('-', 1)[-1]}-t{number:04d}-c{cycle:02d}-s{seed}-"
+            f"{peak_name(spec, None)}{chain_suffix(start)}")
 
 
 def _advance(runner: Runner, study: optuna.Study, pool: list[Running], seeds: list[int],
              target: int, heartbeats: Heartbeats) -> list[Running]:
     """Train the next cycle of every trial in flight; tell Optuna about the finished and the stopped ones."""
     # Tagged with their training's identity: a cycle the Oracle or another trial already trained is reused.
-    trials = {(r.trial.number, seed): cycle_trial(
-        silo_spec(runner.spec, r.params), trial_key(study, r.ledger_number, r.cycle, seed), r.cycle, seed, None,
-        r.starts[seed], silo_tags(Method.SILO_FIT, r.params, Stage.FIT, study_trial=r.trial.number, selected=True))
-        for r in pool for seed in seeds}
+    trials = {}
+    for r in pool:
+        spec = silo_spec(runner.spec, r.params)
+        tags = silo_tags(Method.SILO_FIT, r.params, Stage.FIT, study_trial=r.trial.number, selected=True)
+        for seed in seeds:
+            trials[(r.trial.number, seed)] = cycle_trial(
+                spec, trial_key(study, r.ledger_number, spec, r.cycle, seed, r.starts[seed]), r.cycle, seed, None,
+                r.starts[seed], tags)
     rows = runner.run(list(trials.values()))
     still = []
     for r in pool:

@@ -71,6 +71,19 @@ def mark_selected(runner: Runner, best: dict, ledger_rows: list[dict]) -> dict:
     return best
 
 
+def earlier_rows(runner: Runner, cycle: int, starts: dict[int, dict | None]) -> dict[str, dict]:
+    """This cycle's Oracle rows already in the ledger that trained from each seed's current start: an earlier run
+    may have tried more values (say, with more refinement rounds). The choice counts them, as the analysis
+    does, so b is the same whichever options a rerun was given."""
+    mine = {}
+    for row in runner.ledger.rows():
+        seed = row.get("seed")
+        if (row.get("method") == Method.ORACLE.value and row.get("cycle") == cycle and seed in starts
+                and row.get("training") == training_id(runner.spec, cycle, seed, row["max_lr"], starts[seed])):
+            mine[row["key"]] = row
+    return mine
+
+
 def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int = 3,
                use_bracket: bool = True) -> list[CycleOutcome]:
     """Run cycles 0..L on every seed; `refine` is the most refinement rounds per cycle."""
@@ -82,12 +95,12 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
         if outcomes:  # the dense best at every cycle: §3.1's statistics at one fixed max_lr
             values = sorted({*values, outcomes[0].choice.best})
         say(f"oracle cycle {cycle}: {len(values)} max_lr x {len(seeds)} seed(s)")
-        rows: list[dict] = []
+        rows = earlier_rows(runner, cycle, starts)
         stage, rounds, choice = Stage.GRID, 0, None
         while values:
             trials = [oracle_trial(runner, cycle, s, lr, starts[s], stage) for s in seeds for lr in values]
-            rows += runner.run(trials).values()
-            choice = choose(Curve.from_rows(rows))
+            rows |= runner.run(trials)
+            choice = choose(Curve.from_rows(rows.values()))
             if choice is None or rounds >= refine:
                 break
             values = next_values(choice, grid)
@@ -97,7 +110,7 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
             runner.write_results()
             break
         ledger_rows = runner.ledger.rows()  # read once per cycle, not once per seed
-        at_best = {r["seed"]: r for r in rows if lr_key(r["max_lr"]) == choice.best}
+        at_best = {r["seed"]: r for r in rows.values() if lr_key(r["max_lr"]) == choice.best}
         selected = {s: mark_selected(runner, at_best[s], ledger_rows) for s in seeds}
         outcomes.append(CycleOutcome(cycle, choice, selected, rounds))
         runner.write_results()
