@@ -203,7 +203,10 @@ def _judge(adv: np.ndarray | None, n: int) -> dict:
 
 
 def _advantage(curves: Curves, a: dict[int, float], b: dict[int, float] | None) -> np.ndarray | None:
-    """Per seed of S, Σ_{m=1..L} (a_s(x_A) − a_s(x_B)); against the Oracle (b None), −Σ d_s(x_A)."""
+    """Per seed of S, Σ_{m=1..L} (a_s(x_A) − a_s(x_B)); against the Oracle (b None), −Σ d_s(x_A). None (undefined)
+    when an x is undefined, or when L = 0 leaves no cycle to compare."""
+    if curves.last < 1:
+        return None
     total = np.zeros(curves.n)
     for m in range(1, curves.last + 1):
         x = a.get(m)

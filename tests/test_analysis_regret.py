@@ -207,3 +207,11 @@ def test_end_to_end_pairs_evaluation_seeds_and_leaves_out_diverged_chains():
 def test_no_oracle_rows_give_empty_tables():
     df = results_frame(final("silo_paper", SILO_PAPER))
     assert regret_table(df).empty and verdict_table(df).empty
+
+
+def test_no_pruning_cycle_leaves_the_verdict_undefined():
+    """L = 0: cycle 0 is shown in regret.csv but never summed, so there is nothing to compare."""
+    dense = (0.2, {lr: {s: a for s, a in accs.items() if s < 3} for lr, accs in CYCLES[0][1].items()})
+    df = results_frame(oracle({0: dense}) + final("silo_paper", {0: 0.2}))  # b^(−s) = 0.2 for every s
+    assert regret_table(df).set_index("schedule").loc["silo_paper", "regret"] == pytest.approx(0)
+    assert verdict_table(df)["verdict"].eq("undefined").all()
