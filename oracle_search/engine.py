@@ -276,8 +276,10 @@ class TrialQueue(Searcher):
         self.closed = True
 
 
-# Ray minor versions whose Tune internals `warm_actors` was written for and tested on.
-WARM_ACTORS_RAY = ((2, 60),)
+# The Tune internals `warm_actors` wraps and calls, with the parameters it passes: checked before wrapping, so
+# a Ray whose internals changed runs with plain actor reuse instead of breaking (tests/test_engine.py fails then).
+WARM_HOOK = {("tune.execution.tune_controller", "TuneController", "_cleanup_cached_actors"): ("self", "force_all"),
+             ("tune.utils.object_cache", "_ObjectCache", "increase_max"): ("self", "key", "by")}
 _warm_lock = threading.Lock()
 _warm = {"users": 0, "original": None}
 _warned = False
@@ -288,6 +290,23 @@ def _queue_of(controller) -> TrialQueue | None:
     while searcher is not None and not isinstance(searcher, TrialQueue):
         searcher = getattr(searcher, "searcher", None)  # SearchGenerator / ConcurrencyLimiter wrap it
     return searcher
+
+
+def warm_hook_missing() -> str | None:
+    """Why `warm_actors` cannot wrap this Ray's Tune (a method of `WARM_HOOK` gone or with other parameters), or
+    None when it can."""
+    import importlib
+    import inspect
+
+    for (module, cls, name), params in WARM_HOOK.items():
+        try:
+            method = getattr(getattr(importlib.import_module(f"ray.{module}"), cls), name)
+            found = tuple(inspect.signature(method).parameters)
+        except (ImportError, AttributeError, TypeError, ValueError) as err:
+            return f"ray.{module}.{cls}.{name} is not there ({err})"
+        if found != params:
+            return f"{cls}.{name}({', '.join(found)}) is not ({', '.join(params)})"
+    return None
 
 
 def _keep_idle(controller, queue: TrialQueue, count: int) -> None:
@@ -308,35 +327,33 @@ def warm_actors() -> Iterator[bool]:
     runs, with the cache allowed `TrialQueue.idle_wanted()` extra idle actors (the most trials the driver wanted
     at once within the last KEEP_IDLE_S seconds, less its trials in flight), so idle actors beyond what the
     driver recently asked for are released and a cluster can scale down while a run drains. Other experiments
-    in the process see the original; the wrapper is removed when the last experiment using it ends. On an
-    untested Ray it is not applied: plain `reuse_actors`, slower.
+    in the process see the original; the wrapper is removed when the last experiment using it ends. On a Ray
+    whose internals differ (`warm_hook_missing`) it is not applied: plain `reuse_actors`, slower.
     """
     global _warned
     from ray.tune.execution.tune_controller import TuneController
 
-    version = tuple(int(part) for part in ray.__version__.split(".")[:2])
-    if version not in WARM_ACTORS_RAY or not callable(getattr(TuneController, "_cleanup_cached_actors", None)):
+    if (why := warm_hook_missing()) is not None:
         if not _warned:
             _warned = True
-            warnings.warn(f"oracle-search: Ray {ray.__version__} is not one the warm-actor hook was tested on "
-                          f"({', '.join('%d.%d' % v for v in WARM_ACTORS_RAY)}); using plain reuse_actors, "
-                          "so trial actors restart between cycles", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"oracle-search: the warm-actor hook does not fit Ray {ray.__version__}: {why}; using "
+                          "plain reuse_actors, so trial actors restart between cycles", RuntimeWarning, stacklevel=3)
         yield False
         return
     with _warm_lock:
         if _warm["users"] == 0:
             original = _warm["original"] = TuneController._cleanup_cached_actors
 
-            def cleanup(controller, force_all: bool = False):
-                queue = _queue_of(controller)
-                if queue is None or queue.resources is None:
-                    return original(controller, force_all=force_all)
-                _keep_idle(controller, queue, 0 if force_all else queue.idle_wanted())
+            def cleanup(self, force_all: bool = False):  # the original's parameters (see WARM_HOOK)
+                queue = _queue_of(self)
+                if queue is None or queue.resources is None or not hasattr(self, "_actor_cache"):
+                    return original(self, force_all=force_all)
+                _keep_idle(self, queue, 0 if force_all else queue.idle_wanted())
                 try:
-                    return original(controller, force_all=force_all)
+                    return original(self, force_all=force_all)
                 finally:
                     # Until the next step, let the cache take every actor that finishes; the step trims it.
-                    _keep_idle(controller, queue, 0 if force_all else queue.actors_wanted())
+                    _keep_idle(self, queue, 0 if force_all else queue.actors_wanted())
 
             TuneController._cleanup_cached_actors = cleanup
         _warm["users"] += 1

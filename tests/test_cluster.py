@@ -6,16 +6,22 @@ import dataclasses
 import io
 import ipaddress
 import json
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10, which pyproject claims: the backport it installs there
+    import tomli as tomllib
+
 import pytest
 import ray
 import yaml
+from packaging.requirements import Requirement
 from ray import cloudpickle
-from ray.cluster_utils import Cluster
 
 from oracle_search.engine import Progress, Runner, Training
 from oracle_search.oracle import run_oracle
@@ -60,7 +66,11 @@ def test_cluster_yaml_has_a_cpu_head_and_autoscaling_spot_gpu_workers(config):
 def test_cluster_yaml_installs_the_tested_stack_and_names_shared_storage(config):
     setup = "\n".join(config["setup_commands"])
     assert "torch==2.14.1 torchvision==0.29.1" in setup
-    assert f"ray[default,tune]=={ray.__version__}" in setup
+    # one Ray for the head and every worker, inside the range the project declares (not pinned to this machine's)
+    (pinned,) = re.findall(r"ray\[default,tune\]==([0-9.]+)", setup)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (requirement,) = [Requirement(r) for r in project["dependencies"] if Requirement(r).name == "ray"]
+    assert requirement.specifier.contains(pinned), (pinned, str(requirement.specifier))
     assert setup.index("torch==2.14.1") < setup.index("-e ~/oracle-search")
     assert config["file_mounts"]["/home/ubuntu/oracle-search"] == "."
     assert "s3://" in setup and "ORACLE_SEARCH_STORAGE=s3://" in setup
@@ -148,12 +158,6 @@ def at(moment: float, logged: list[dict]) -> list[dict]:
     return [s for s in logged if s["start"] <= moment < s["end"]]
 
 
-@pytest.fixture
-def cluster(make_cluster) -> Cluster:
-    """A head that runs no trials; tests add the worker nodes."""
-    return make_cluster(0)
-
-
 def cycle0_trials(spec, n: int) -> list[Training]:
     return [Training(key=f"t{i}", spec=spec, cycle=0, max_lr=0.1, seed=i, start_checkpoint=None,
                   tags={"method": "test", "stage": "grid"}) for i in range(n)]
@@ -161,40 +165,41 @@ def cycle0_trials(spec, n: int) -> list[Training]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("gpus_per_trial, side_by_side", [(1.0, 2), (0.5, 4)])
-def test_trials_pack_onto_the_gpus_ray_assigns(cluster, tmp_path, gpus_per_trial, side_by_side):
-    cluster.add_node(num_cpus=4, num_gpus=2)
+def test_trials_pack_onto_the_gpus_ray_assigns(two_nodes, tmp_path, gpus_per_trial, side_by_side):
+    """Two nodes with one fake GPU each (conftest's shared cluster): whole GPUs hold one trial, halves two."""
     spec = dataclasses.replace(TINY, resources=Resources(cpus_per_trial=1, gpus_per_trial=gpus_per_trial))
     log = tmp_path / "log"
-    with Runner(out=tmp_path / "out", spec=spec, experiment="gpus", address=cluster.address,
+    with Runner(out=tmp_path / "out", spec=spec, experiment="gpus", address=two_nodes.address,
                 trainable=together(log, side_by_side), progress=Progress(io.StringIO())) as runner:
         rows = runner.run(cycle0_trials(spec, 4))
 
     assert sorted(rows) == ["t0", "t1", "t2", "t3"]
     assert all(r["device"] == "cpu" for r in rows.values())  # CUDA is absent: the fake GPUs fall back to the CPU
-    assert all(len(r["gpu_ids"]) == 1 and r["gpu_ids"][0] in ("0", "1") for r in rows.values())
+    assert all(r["gpu_ids"] == ["0"] for r in rows.values())  # each node's one GPU
     logged = spans(log)
     assert {s["key"]: s["gpus"] for s in logged} == {k: r["gpu_ids"] for k, r in rows.items()}
     assert max(len(at(s["start"], logged)) for s in logged) == side_by_side  # as many at once as the GPUs hold
+    gpu = lambda s: (s["node"], tuple(s["gpus"]))  # noqa: E731  (a GPU is named by its node and id)
     for s in logged:
-        same_gpu = [o for o in at(s["start"], logged) if o["gpus"] == s["gpus"]]
+        same_gpu = [o for o in at(s["start"], logged) if gpu(o) == gpu(s)]
         assert len(same_gpu) <= round(1 / gpus_per_trial)  # 1: never shared; 0.5: at most two per GPU
     if gpus_per_trial < 1:  # four trials at once on two GPUs: some do share
-        assert any(len([o for o in at(s["start"], logged) if o["gpus"] == s["gpus"]]) == 2 for s in logged)
+        assert any(len([o for o in at(s["start"], logged) if gpu(o) == gpu(s)]) == 2 for s in logged)
 
 
 @pytest.mark.slow
-def test_oracle_spreads_over_two_nodes_and_chains_through_shared_storage(cluster, tmp_path):
-    nodes = {cluster.add_node(num_cpus=1).node_id, cluster.add_node(num_cpus=1).node_id}
+def test_oracle_spreads_over_two_nodes_and_chains_through_shared_storage(two_nodes, tmp_path):
     shared = tmp_path / "shared"
+    # 2 CPUs a trial on nodes of 2 CPUs: two trials side by side must use both nodes
     spec = dataclasses.replace(TINY, cycles=1, grid=(0.03, 0.1, 0.3),
-                               resources=Resources(cpus_per_trial=1, storage_path=str(shared)))
-    with Runner(out=tmp_path / "out", spec=spec, experiment="nodes", address=cluster.address,
+                               resources=Resources(cpus_per_trial=2, storage_path=str(shared)))
+    with Runner(out=tmp_path / "out", spec=spec, experiment="nodes", address=two_nodes.address,
                 trainable=together(tmp_path / "log", 2), progress=Progress(io.StringIO())) as runner:
         outcomes = run_oracle(runner, [0], list(spec.grid), refine=0, use_bracket=False)
         rows = runner.ledger.rows()
 
     assert len(rows) == 6
-    assert {r["node_id"] for r in rows} == nodes  # both worker nodes trained trials
+    assert {r["node_id"] for r in rows} == two_nodes.nodes  # both worker nodes trained trials
     assert all(r["checkpoint"].startswith(str(shared)) for r in rows)
     cycle0, cycle1 = (o.selected[0] for o in outcomes)
     assert cycle0["checkpoint_hash"]

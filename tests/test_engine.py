@@ -210,6 +210,20 @@ def test_after_a_batch_of_one_the_next_batch_runs_on_every_actor_again(ray_local
     assert len(first) == 2 and pids(log, "defg") == first
 
 
+def test_the_warm_actor_hook_applies_on_the_installed_ray():
+    """The private Tune method exists here with the parameters the hook passes: wrapped while the hook lasts, then
+    the original again. Fails on a Ray whose internals moved, before anyone loses the speed-up silently."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    from oracle_search import engine
+
+    assert engine.warm_hook_missing() is None
+    original = TuneController._cleanup_cached_actors
+    with engine.warm_actors() as applied:
+        assert applied and TuneController._cleanup_cached_actors is not original
+    assert TuneController._cleanup_cached_actors is original
+
+
 @pytest.mark.slow
 def test_on_an_untested_ray_trials_run_with_plain_actor_reuse_and_one_warning(ray_local, tmp_path, monkeypatch):
     from ray.tune.execution.tune_controller import TuneController
@@ -217,9 +231,13 @@ def test_on_an_untested_ray_trials_run_with_plain_actor_reuse_and_one_warning(ra
     from oracle_search import engine
 
     original = TuneController._cleanup_cached_actors
-    monkeypatch.setattr(engine, "WARM_ACTORS_RAY", ((1, 0),))
+    # a Ray whose private method takes other parameters than the ones the hook passes
+    hook = {key: ("self", "force") if key[2] == "_cleanup_cached_actors" else params
+            for key, params in engine.WARM_HOOK.items()}
+    monkeypatch.setattr(engine, "WARM_HOOK", hook)
     monkeypatch.setattr(engine, "_warned", False)
-    with pytest.warns(RuntimeWarning, match=r"not one the warm-actor hook was tested on \(1\.0\)") as caught:
+    with pytest.warns(RuntimeWarning, match=r"does not fit Ray .*_cleanup_cached_actors\(self, force_all\) is not "
+                                            r"\(self, force\)") as caught:
         with runner(tmp_path) as r:
             rows = r.run([trial("a")])
             assert TuneController._cleanup_cached_actors is original

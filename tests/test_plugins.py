@@ -5,10 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -130,18 +127,23 @@ def test_a_score_function_taking_seed_gets_the_trial_seed(user_module):
     ("pruner", "a:b:c", "not an import path"),
     ("dataset", "{user}:not_tensor_data", "not a trainables.data.TensorData"),
 ])
-def test_bad_import_paths_exit_2_naming_the_field_before_ray_starts(capsys, tmp_path, user_module, field, value,
-                                                                    says):
-    import ray
+def test_bad_import_paths_exit_2_naming_the_field_before_ray_starts(capsys, tmp_path, monkeypatch, user_module,
+                                                                    field, value, says):
+    from oracle_search import engine
 
-    ray.shutdown()  # an earlier test may have left its Ray connected: this one checks that none starts
-    capsys.readouterr()  # and that Ray's late worker-log lines are not this command's output
+    def tripwire(*args, **kwargs):
+        raise AssertionError("the command reached Ray before refusing its input")
+
+    # Ray may already be up for other tests, so whether it is connected says nothing: the one way a run reaches
+    # Ray (engine.connect, which starts or joins it) must not be taken.
+    monkeypatch.setattr(engine, "connect", tripwire)
+    capsys.readouterr()  # Ray's late worker-log lines are not this command's output
     out = tmp_path / "out"
     code = main(["oracle", "--preset", "tiny", f"--{field}", value.format(user=user_module), "--out", str(out)])
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.startswith(f"oracle-search: error: {field}: ") and says in err and "\n" not in err
-    assert not out.exists() and not ray.is_initialized()
+    assert not out.exists()
 
 
 def test_a_module_that_fails_on_import_exits_2(capsys, tmp_path, monkeypatch):
@@ -219,14 +221,16 @@ def test_runtime_env_ships_a_package_folder(tmp_path, monkeypatch):
     assert plugins.runtime_env(spec) == {"py_modules": [str(package)]}
 
 
-def test_the_console_script_finds_a_module_in_the_folder_it_runs_in(tmp_path):
-    """`oracle-search` (a console script) has no working directory on sys.path, unlike `python -m`."""
+def test_the_console_script_finds_a_module_in_the_folder_it_runs_in(tmp_path, monkeypatch, capsys):
+    """`oracle-search` (a console script) has no working directory on sys.path, unlike `python -m`: run in
+    process with that sys.path, from the folder holding the user's module."""
     (tmp_path / "here_user_net.py").write_text(USER_MODULE)
-    root = str(Path(__file__).resolve().parent.parent)
-    script = ("import sys; sys.path.remove(''); from oracle_search.cli import main; "
-              "sys.exit(main(['cycle', '--preset', 'tiny', '--model', 'here_user_net:wide', '--epochs', '1', "
-              "'--max-lr', '0.1', '--cycle', '0', '--out', 'out', '--json']))")
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=root), timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout)["epochs"] == 1
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "here_user_net", raising=False)
+    code = main(["cycle", "--preset", "tiny", "--model", "here_user_net:wide", "--epochs", "1", "--max-lr", "0.1",
+                 "--cycle", "0", "--out", "out", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err[-2000:]
+    assert json.loads(captured.out)["epochs"] == 1
+    sys.modules.pop("here_user_net", None)

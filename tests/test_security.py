@@ -3,17 +3,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import traceback
 import sys
-from pathlib import Path
 
 import pytest
 import ray
 
+from oracle_search.cli import main
 from oracle_search.engine import connect
 from oracle_search.security import redact
-
-CLI = str(Path(sys.executable).parent / "oracle-search")
-
 
 @pytest.mark.parametrize("url, expected", [
     ("postgresql+psycopg2://optuna:s3cret@127.0.0.1:5432/optuna", "postgresql+psycopg2://optuna:***@127.0.0.1:5432/optuna"),
@@ -32,23 +30,30 @@ def test_redact_hides_passwords_and_secret_parameters_only(url, expected):
     assert redact(url) == expected
 
 
-@pytest.mark.slow
-def test_a_failing_study_storage_does_not_leak_its_password(tmp_path):
+def test_a_failing_study_storage_does_not_leak_its_password(tmp_path, capfd):
     url = "postgresql+psycopg2://optuna:leak-me-not-42@127.0.0.1:1/optuna"  # nothing listens on port 1
     out = tmp_path / "out"
-    proc = subprocess.run([CLI, "fit-silo", "--preset", "tiny", "--trials", "1", "--study-storage", url,
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0
-    assert "leak-me-not-42" not in proc.stdout + proc.stderr
+    try:
+        code = main(["fit-silo", "--preset", "tiny", "--trials", "1", "--study-storage", url, "--out", str(out)])
+        shown = ""
+    except Exception as err:  # the command line prints one line, then re-raises for the traceback: shown too
+        code, shown = 1, "".join(traceback.format_exception(err))
+    captured = capfd.readouterr()
+    assert code != 0
+    assert "leak-me-not-42" not in captured.out + captured.err + shown
     assert not [p for p in out.rglob("*") if p.is_file() and b"leak-me-not-42" in p.read_bytes()]
 
 
 @pytest.fixture
-def local_ray():
-    ray.shutdown()
+def local_ray(monkeypatch):
+    """A local Ray as the command line starts it (`connect` without an address), not the tests' shared one: this
+    process leaves the shared one (a disconnect; conftest reconnects it afterwards) and stops only its own."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    if ray.is_initialized():
+        ray.shutdown()  # a disconnect: the shared local Ray belongs to its Cluster fixture and stays up
     connect(None)
     yield ray.get_runtime_context().gcs_address
-    ray.shutdown()
+    ray.shutdown()  # this one this test started
 
 
 def gcs_reply(address: str, **env: str) -> subprocess.CompletedProcess:
