@@ -1,18 +1,27 @@
-"""Training throughput (images/s) of K max_lr candidates fused into one network (trainables.fused, HFTA) against
-the same K candidates trained as separate runs back to back, on one device, in one run.
+"""Training throughput of K max_lr candidates fused into one network (trainables.fused, HFTA) against the same
+candidates trained as separate runs, on one device, in one run.
 
-Both paths take the engine's training step (masked gradients, SGD with momentum and weight decay, re-zeroed
-pruned weights; bf16 autocast and channels_last inputs on CUDA); the separate path is run_cycle's
-(torch.optim.SGD), the fused one run_fused_cycle's. Synthetic random 32x32 images already on the device, so only
-training is timed; warm-up steps are excluded and CUDA is synchronised around each timing. An image counts once
-per candidate that trains on it. Needs only torch and numpy. Goal: >= 3x at K = 8 for ResNet-20.
-Usage (repo root): python benchmarks/fused_throughput.py [--quick] [--models resnet20,vgg19_bn] [--ks 1,4,8,16]
+Fair by construction:
+- both paths take the engine's training step (masked gradients, SGD with momentum and weight decay, re-zeroed
+  pruned weights): the separate one is run_cycle's `train_step` with torch.optim.SGD, the fused one
+  run_fused_cycle's `fused_step`;
+- both in the same precision (`--precision`, default: what `auto` resolves to on the device) and the same memory
+  format (`--channels-last`, default on CUDA: the separate model's weights and the fused stack's flat weight views
+  are channels_last, and so are the inputs);
+- the separate baseline is one model's step, measured once per model as the median of `--repeats` timings: K
+  separate runs take K times as long, so separate images/s do not depend on K;
+- each fused K is likewise the median of `--repeats` timings. Warm-up steps are untimed; CUDA is synchronised
+  around each timing. Synthetic random 32x32 images already on the device, so only training is timed. An image
+  counts once per candidate that trains on it.
+Prints ms per step and images/s of both paths and their ratio. Needs only torch and numpy.
+Usage (repo root): python benchmarks/fused_throughput.py [--quick] [--models resnet20,vgg19_bn] [--ks 1,4,8,16,32]
 """
 from __future__ import annotations
 
 import argparse
 import itertools
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -26,93 +35,112 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a bare 
 from trainables.cycle import make_optimizer, train_step  # noqa: E402
 from trainables.fused import Fused, FusedOptimizer, fused_step  # noqa: E402
 from trainables.models import MODELS  # noqa: E402
+from trainables.precision import resolve_precision  # noqa: E402
 from trainables.pruning import MaskedWeights, full_masks  # noqa: E402
-from trainables.spec import ExperimentSpec  # noqa: E402
+from trainables.spec import PRECISIONS, ExperimentSpec  # noqa: E402
 
 Batches = list[tuple[torch.Tensor, torch.Tensor]]
 
 
-def timed(step: Callable[[torch.Tensor, torch.Tensor], None], batches: Batches, warmup: int, steps: int,
-          device: torch.device) -> float:
-    """Seconds for `steps` calls of `step`, after `warmup` untimed ones."""
+def median_seconds(step: Callable[[torch.Tensor, torch.Tensor], None], batches: Batches, warmup: int, steps: int,
+                   repeats: int, device: torch.device) -> tuple[float, list[float]]:
+    """Median seconds per step over `repeats` timings of `steps` calls each, after `warmup` untimed calls; and
+    every timing, for the spread."""
     cycle = itertools.cycle(batches)
     for x, y in itertools.islice(cycle, warmup):
         step(x, y)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    for x, y in itertools.islice(cycle, steps):
-        step(x, y)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - start
-
-
-def separate_seconds(spec: ExperimentSpec, model: nn.Module, k: int, batches: Batches, warmup: int, steps: int,
-                     device: torch.device) -> float:
-    """K runs one after the other, each run_cycle's step with its own torch.optim.SGD."""
-    total = 0.0
-    for i in range(k):
-        net = MODELS[spec.model]((3, 32, 32), 10).to(device)
-        net.load_state_dict(model.state_dict())
+    per_step = []
+    for _ in range(repeats):
         if device.type == "cuda":
-            net = net.to(memory_format=torch.channels_last)
-        masked = MaskedWeights(net, {n: m.to(device) for n, m in full_masks(net).items()})
-        optimizer = make_optimizer(spec.optimizer, net.parameters(), 0.01 * (i + 1))
-        net.train()
-
-        def step(x: torch.Tensor, y: torch.Tensor) -> None:
-            train_step(net, optimizer, masked, x, y, spec, device)
-
-        total += timed(step, batches, warmup, steps, device)
-        del net, optimizer
-    return total
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        for x, y in itertools.islice(cycle, steps):
+            step(x, y)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        per_step.append((time.perf_counter() - start) / steps)
+    return statistics.median(per_step), per_step
 
 
-def fused_seconds(spec: ExperimentSpec, model: nn.Module, k: int, batches: Batches, warmup: int, steps: int,
-                  device: torch.device) -> float:
-    """The same K candidates as one fused network, one fused step per batch."""
+def separate_step(spec: ExperimentSpec, model: nn.Module, device: torch.device, channels_last: bool):
+    """One separate run's step: its own copy of the network and torch.optim.SGD."""
+    net = MODELS[spec.model]((3, 32, 32), 10).to(device)
+    net.load_state_dict(model.state_dict())
+    if channels_last:
+        net = net.to(memory_format=torch.channels_last)
+    masked = MaskedWeights(net, {n: m.to(device) for n, m in full_masks(net).items()})
+    optimizer = make_optimizer(spec.optimizer, net.parameters(), 0.05)
+    net.train()
+    return lambda x, y: train_step(net, optimizer, masked, x, y, spec, device)
+
+
+def fused_step_of(spec: ExperimentSpec, model: nn.Module, k: int, device: torch.device, channels_last: bool):
+    """The K candidates as one fused network, one fused step per batch (native layers where the model has them)."""
     fused = Fused.replicate(model, k)
+    if channels_last and fused.net is not None:
+        fused.to_channels_last()
     fused.train()
     masks = {n: m.to(device, fused.params[n].dtype) for n, m in full_masks(model).items()}  # as run_fused_cycle's
     optimizer = FusedOptimizer(spec.optimizer, fused.params)
     lr = torch.tensor([0.01 * (i + 1) for i in range(k)], device=device)
-    return timed(lambda x, y: fused_step(fused, optimizer, masks, x, y, lr, spec, device), batches, warmup,
-                 steps, device)
+    return (lambda x, y: fused_step(fused, optimizer, masks, x, y, lr, spec, device)), fused.net is not None
+
+
+def _spread(values: list[float]) -> str:
+    return f"{1e3 * min(values):.2f}-{1e3 * max(values):.2f}"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="resnet20,vgg19_bn", help="comma-separated model names")
-    parser.add_argument("--ks", default="1,4,8,16", help="comma-separated candidate counts K")
+    parser.add_argument("--ks", default="1,4,8,16,32", help="comma-separated candidate counts K")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--precision", default="auto", choices=PRECISIONS, help="both paths' arithmetic")
+    parser.add_argument("--channels-last", default=None, action=argparse.BooleanOptionalAction,
+                        help="both paths' memory format (default: on CUDA)")
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--steps", type=int, help="timed steps per run (default 300; --quick: 50)")
-    parser.add_argument("--warmup", type=int, help="untimed steps per run (default 30; --quick: 10)")
+    parser.add_argument("--steps", type=int, help="timed steps per repeat (default 100; --quick: 20)")
+    parser.add_argument("--warmup", type=int, help="untimed steps per path (default 20; --quick: 5)")
+    parser.add_argument("--repeats", type=int, default=3, help="timings per path; the median is reported")
     parser.add_argument("--quick", action="store_true", help="fewer steps, for a first look")
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats: at least 1")
 
     device = torch.device(args.device)
-    steps = args.steps or (50 if args.quick else 300)
-    warmup = args.warmup or (10 if args.quick else 30)
+    steps = args.steps or (20 if args.quick else 100)
+    warmup = args.warmup or (5 if args.quick else 20)
+    channels_last = device.type == "cuda" if args.channels_last is None else args.channels_last
+    precision = resolve_precision(args.precision, device)
     ks = [int(k) for k in args.ks.split(",")]
     torch.backends.cudnn.benchmark = device.type == "cuda"
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(args.batch_size, 3, 32, 32, generator=g).to(device),
                 torch.randint(0, 10, (args.batch_size,), generator=g).to(device)) for _ in range(8)]
+    if channels_last:
+        batches = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in batches]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()} CPUs"
-    print(f"device {device} ({name}), torch {torch.__version__}, batch {args.batch_size}, warm-up {warmup}, "
-          f"timed steps {steps} per run, bf16 autocast {device.type == 'cuda'}")
-    print(f"{'model':<10} {'K':>3} {'separate img/s':>15} {'fused img/s':>12} {'ratio':>6}")
+    print(f"device {device} ({name}), torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"precision {precision}, channels_last {channels_last}, batch {args.batch_size}, warm-up {warmup}, "
+          f"{steps} timed steps x {args.repeats} repeats (median; min-max in brackets)")
+    print(f"{'model':<10} {'K':>3} {'path':<8} {'sep ms/step':>11} {'fused ms/step':>13} {'sep img/s':>10} "
+          f"{'fused img/s':>11} {'ratio':>6}  spread ms (sep | fused)")
     for model_name in args.models.split(","):
-        spec = ExperimentSpec(model=model_name, device=device.type)
+        # The spec's switch converts inputs on CUDA only; the batches are laid out above for any device.
+        spec = ExperimentSpec(model=model_name, device=device.type, precision=precision,
+                              channels_last=channels_last)
         torch.manual_seed(0)
         model = MODELS[model_name]((3, 32, 32), 10).to(device)
+        sep, sep_all = median_seconds(separate_step(spec, model, device, channels_last), batches, warmup, steps,
+                                      args.repeats, device)
         for k in ks:
-            images = k * steps * args.batch_size
-            separate = images / separate_seconds(spec, model, k, batches, warmup, steps, device)
-            fused = images / fused_seconds(spec, model, k, batches, warmup, steps, device)
-            print(f"{model_name:<10} {k:>3} {separate:>15.0f} {fused:>12.0f} {fused / separate:>6.2f}", flush=True)
+            step, native = fused_step_of(spec, model, k, device, channels_last)
+            fused, fused_all = median_seconds(step, batches, warmup, steps, args.repeats, device)
+            sep_rate, fused_rate = args.batch_size / sep, k * args.batch_size / fused
+            print(f"{model_name:<10} {k:>3} {'native' if native else 'vmap':<8} {1e3 * sep:>11.2f} "
+                  f"{1e3 * fused:>13.2f} {sep_rate:>10.0f} {fused_rate:>11.0f} {fused_rate / sep_rate:>6.2f}  "
+                  f"{_spread(sep_all)} | {_spread(fused_all)}", flush=True)
+            del step
             if device.type == "cuda":
                 torch.cuda.empty_cache()
 

@@ -3,16 +3,19 @@ trained as one network on one device.
 
 The Oracle trains every max_lr of a cycle from the same checkpoint, with the same architecture, mask and data
 order; the candidates differ only in their learning rate. So their K copies are stacked along a new leading
-dimension and run by `torch.func.vmap` over `functional_call`, whose batching rules are exactly HFTA's fused
-layers: a Linear becomes one batched matmul, a convolution one grouped convolution (K·groups; a depthwise one
-K·C groups; the first, on the shared input, one convolution K times as wide), and BatchNorm keeps per-candidate
-statistics and running buffers. `FusedOptimizer` applies torch.optim's update with one learning rate per
-candidate. Each candidate's result equals `trainables.cycle.run_cycle` at its max_lr up to float rounding.
+dimension, (K, ...) per parameter and running statistic, and run as one network. A network built from the layers
+`trainables.fused_native` knows (the MLP, ResNets, VGG, MobileNetV2, AlexNet) runs HFTA's native fused layers:
+one grouped convolution, one BatchNorm and one batched matmul per layer for all K, so a fused step issues about
+the ops of one model's step. Any other network (DenseNet's channel concatenation, ViT's attention) runs through
+`torch.func.vmap` over `functional_call`, whose batching rules give the same layers at a higher per-op cost.
+`FusedOptimizer` applies torch.optim's update with one learning rate per candidate, in multi-tensor (foreach)
+ops. Each candidate's result equals `trainables.cycle.run_cycle` at its max_lr up to float rounding.
 
 Needs only torch and numpy (no Ray, Optuna or dataset packages), so it runs on a bare GPU machine.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +24,13 @@ import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
+from trainables import fused_native
 from trainables.checkpoints import save_checkpoint
 from trainables.cycle import (CycleResult, _autocast, _layout, _prepare, _state_copy, _to_cpu, accuracy,
                               layer_statistics, resolve_device)
 from trainables.data import TensorData, load_data
 from trainables.pruning import Masks, density
+from trainables.precision import resolve_precision
 from trainables.schedules import cycle_peak, lr_at
 from trainables.spec import ExperimentSpec, OptimizerSpec
 
@@ -33,27 +38,45 @@ State = dict[str, torch.Tensor]
 
 
 def _float_input(_module: nn.Module, args: tuple) -> tuple:
-    """BatchNorm in float32 under bf16 autocast: vmap's BatchNorm backward on CUDA rejects a bf16 input with float32
-    running statistics (seen on an H200 with VGG-19-BN at K = 4), and float32 statistics are what run_cycle keeps."""
+    """vmap path only: BatchNorm in float32 under bf16 autocast, since vmap's BatchNorm backward on CUDA rejects a
+    bf16 input with float32 running statistics (seen on an H200 with VGG-19-BN at K = 4)."""
     x = args[0]
     return (x.float().contiguous() if x.dtype in (torch.bfloat16, torch.float16) else x, *args[1:])
 
 
 @dataclass
 class Fused:
-    """K copies of `model` stacked on a leading dimension; `model` is only the template `functional_call` runs."""
+    """K copies of `model` stacked on a leading dimension. `net` is the native fused network when `model` has one
+    (`fused_native.supports`); otherwise `model` is the template that vmap's `functional_call` runs."""
 
     model: nn.Module
     params: State  # name -> (K, ...) leaf tensors that require grad
     buffers: State  # name -> (K, ...): BatchNorm's running statistics, one set per candidate
+    net: nn.Module | None = None
+    channels_last: bool = False  # native convolution weights laid out so that their flat view is channels_last
 
     @classmethod
-    def replicate(cls, model: nn.Module, k: int) -> "Fused":
+    def replicate(cls, model: nn.Module, k: int, native: bool | None = None) -> "Fused":
+        """`native`: None picks the native layers where the model allows them; True insists; False takes vmap."""
         params, buffers = stack_module_state([model] * k)
-        for module in model.modules():
-            if isinstance(module, nn.modules.batchnorm._BatchNorm):
-                module.register_forward_pre_hook(_float_input)
-        return cls(model, params, buffers)
+        fused = cls(model, params, buffers)
+        if native is None:
+            native = fused_native.supports(model)
+        if native:
+            fused.net = fused_native.build(model, fused)
+        else:
+            for module in model.modules():
+                if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                    module.register_forward_pre_hook(_float_input)
+        return fused
+
+    def to_channels_last(self) -> None:
+        """Native path: each convolution weight (K, O, I, h, w) stored so that its flat (K·O, I, h, w) view is
+        channels_last, as run_cycle's model is on CUDA (the gradients follow the weights' strides)."""
+        if self.net is None:
+            raise ValueError("to_channels_last: only the native path lays out its own weights")
+        self.channels_last = True
+        self.params = {n: _last(p).requires_grad_() if p.dim() == 5 else p for n, p in self.params.items()}
 
     @property
     def size(self) -> int:
@@ -64,10 +87,14 @@ class Fused:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """Logits (K, N, classes) of every candidate on the same inputs x (N, ...)."""
+        if self.net is not None:
+            return self.net(x)
         return vmap(self._forward_one, in_dims=(0, 0, None))(self.params, self.buffers, x)
 
     def train(self, mode: bool = True) -> None:
         self.model.train(mode)
+        if self.net is not None:
+            self.net.train(mode)
 
     def zero_grad(self) -> None:
         for p in self.params.values():
@@ -79,16 +106,31 @@ class Fused:
         return {name: stacked[name][slot].detach().clone() for name in self.model.state_dict()}
 
     def keep(self, slots: list[int]) -> None:
-        """Drop every slot not in `slots` (a diverged candidate stops costing compute)."""
+        """Drop every slot not in `slots` (a diverged candidate stops costing compute). The native network reads
+        the new tensors at its next call."""
         index = torch.tensor(slots, device=next(iter(self.params.values())).device)
-        self.params = {n: p.detach()[index].requires_grad_() for n, p in self.params.items()}
+        self.params = {n: (_last(p.detach()[index]) if self.channels_last and p.dim() == 5 else p.detach()[index])
+                       .requires_grad_() for n, p in self.params.items()}
         self.buffers = {n: b[index] for n, b in self.buffers.items()}
+
+
+def _last(weight: torch.Tensor) -> torch.Tensor:
+    """A copy of (K, O, I, h, w) with I innermost: flattened to (K·O, I, h, w) it is a channels_last view."""
+    return weight.detach().permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
+
+
+def _by_rank(lr: torch.Tensor, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """`lr` (K,) as a (K, 1, ...) view matching each tensor's rank: one view per rank, not per tensor."""
+    views: dict[int, torch.Tensor] = {}
+    return [views.setdefault(t.dim(), lr.view(-1, *[1] * (t.dim() - 1))) for t in tensors]
 
 
 @dataclass
 class FusedOptimizer:
     """torch.optim's SGD, Adam and RMSprop updates (their default hyperparameters, the spec's momentum and
-    weight decay) on stacked parameters, with one learning rate per candidate."""
+    weight decay) on stacked parameters, with one learning rate per candidate. Each stage of an update is one
+    multi-tensor (foreach) op over all parameters, as torch.optim's foreach path; the learning rate is a (K, 1, ...)
+    view that broadcasts over each parameter's candidate axis."""
 
     spec: OptimizerSpec
     params: State
@@ -107,45 +149,68 @@ class FusedOptimizer:
             return ("square_avg", "momentum") if self.spec.momentum > 0 else ("square_avg",)
         return ()
 
+    def _buffers(self, names: list[str], key: str) -> list[torch.Tensor]:
+        return [self.state[n][key] for n in names]
+
     @torch.no_grad()
-    def step(self, lr: torch.Tensor) -> None:
-        """One update; `lr` holds one learning rate per slot."""
+    def step(self, lr: torch.Tensor, masks: Masks | None = None) -> None:
+        """One update; `lr` holds one learning rate per slot. `masks` (name -> mask in the parameter's dtype,
+        broadcast over the slots) zero the pruned weights' gradients before the update and the weights after it:
+        weight decay and momentum must not revive them."""
         self.steps += 1
         o = self.spec
-        for name, p in self.params.items():
-            if p.grad is None:
-                continue
-            lr_p = lr.view(-1, *[1] * (p.dim() - 1))
-            grad = p.grad.add_(p, alpha=o.weight_decay) if o.weight_decay != 0 else p.grad  # in place: the
-            # gradient is not read again, and K copies of a big network leave no room for a temporary
-            s = self.state.setdefault(name, {})
-            if not s:  # zeros once: a `setdefault` default would be allocated, and dropped, at every step
-                s.update({k: torch.zeros_like(p) for k in self._zero_state()})
-            if o.name == "sgd":
-                if o.momentum != 0:
-                    if "momentum" not in s:
-                        s["momentum"] = grad.detach().clone()
-                    else:
-                        s["momentum"].mul_(o.momentum).add_(grad)
-                    grad = s["momentum"]
-                p.addcmul_(grad, lr_p, value=-1)
-            elif o.name == "adam":
-                b1, b2 = self.betas
-                m, v = s["exp_avg"], s["exp_avg_sq"]
-                m.lerp_(grad, 1 - b1)
-                v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
-                denom = (v.sqrt() / (1 - b2 ** self.steps) ** 0.5).add_(self.eps)
-                p.sub_(m.div(denom).mul_(lr_p / (1 - b1 ** self.steps)))
-            else:  # rmsprop
-                sq = s["square_avg"]
-                sq.mul_(self.alpha).addcmul_(grad, grad, value=1 - self.alpha)
-                avg = sq.sqrt().add_(self.eps)
-                if o.momentum > 0:
-                    buf = s["momentum"]
-                    buf.mul_(o.momentum).addcdiv_(grad, avg)
-                    p.addcmul_(buf, lr_p, value=-1)
+        names = [n for n, p in self.params.items() if p.grad is not None]
+        params = [self.params[n] for n in names]
+        grads = [p.grad for p in params]
+        masked = [n for n in (masks or {}) if self.params[n].grad is not None]
+        if masked:
+            torch._foreach_mul_([self.params[n].grad for n in masked], [masks[n] for n in masked])
+        if o.weight_decay != 0:  # in place: the gradient is not read again, and K copies of a big network
+            torch._foreach_add_(grads, params, alpha=o.weight_decay)  # leave no room for a temporary
+        for n in names:
+            if n not in self.state:  # zeros once, when a parameter first has a gradient
+                self.state[n] = {k: torch.zeros_like(self.params[n]) for k in self._zero_state()}
+        lrs = _by_rank(lr, params)
+        if o.name == "sgd":
+            if o.momentum != 0:
+                fresh = [n for n, g in zip(names, grads) if "momentum" not in self.state[n]]
+                if fresh:  # the first step's momentum is the gradient itself, as torch.optim's
+                    for n, g in zip(names, grads):
+                        self.state[n]["momentum"] = g.clone()
                 else:
-                    p.sub_(grad.div(avg).mul_(lr_p))
+                    bufs = self._buffers(names, "momentum")
+                    torch._foreach_mul_(bufs, o.momentum)
+                    torch._foreach_add_(bufs, grads)
+                grads = self._buffers(names, "momentum")
+            torch._foreach_addcmul_(params, grads, lrs, value=-1)
+        elif o.name == "adam":
+            b1, b2 = self.betas
+            m, v = self._buffers(names, "exp_avg"), self._buffers(names, "exp_avg_sq")
+            torch._foreach_lerp_(m, grads, 1 - b1)
+            torch._foreach_mul_(v, b2)
+            torch._foreach_addcmul_(v, grads, grads, value=1 - b2)
+            denom = torch._foreach_sqrt(v)
+            torch._foreach_div_(denom, (1 - b2 ** self.steps) ** 0.5)
+            torch._foreach_add_(denom, self.eps)
+            torch._foreach_div_(denom, m)  # denom / m, inverted below: one temporary list, not two
+            torch._foreach_reciprocal_(denom)
+            torch._foreach_addcmul_(params, denom, lrs, value=-1 / (1 - b1 ** self.steps))
+        else:  # rmsprop
+            sq = self._buffers(names, "square_avg")
+            torch._foreach_mul_(sq, self.alpha)
+            torch._foreach_addcmul_(sq, grads, grads, value=1 - self.alpha)
+            avg = torch._foreach_sqrt(sq)
+            torch._foreach_add_(avg, self.eps)
+            if o.momentum > 0:
+                bufs = self._buffers(names, "momentum")
+                torch._foreach_mul_(bufs, o.momentum)
+                torch._foreach_addcdiv_(bufs, grads, avg)
+                torch._foreach_addcmul_(params, bufs, lrs, value=-1)
+            else:
+                torch._foreach_div_(grads, avg)  # the gradient is not read again
+                torch._foreach_addcmul_(params, grads, lrs, value=-1)
+        if masked:
+            torch._foreach_mul_([self.params[n] for n in masked], [masks[n] for n in masked])
 
     def keep(self, slots: list[int], params: State) -> None:
         """Follow `Fused.keep`: the same slots of every buffer, and the new parameter tensors."""
@@ -160,7 +225,11 @@ def _cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def fused_losses(fused: Fused, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Each candidate's mean cross-entropy on the shared batch: shape (K,)."""
-    return vmap(_cross_entropy, in_dims=(0, None))(fused(x), y)
+    logits = fused(x)
+    if fused.net is None:
+        return vmap(_cross_entropy, in_dims=(0, None))(logits, y)
+    k, n = logits.shape[:2]
+    return nn.functional.cross_entropy(logits.flatten(0, 1), y.repeat(k), reduction="none").view(k, n).mean(1)
 
 
 def fused_step(fused: Fused, optimizer: FusedOptimizer, masks: Masks, x: torch.Tensor, y: torch.Tensor,
@@ -171,12 +240,7 @@ def fused_step(fused: Fused, optimizer: FusedOptimizer, masks: Masks, x: torch.T
         losses = fused_losses(fused, _layout(x, spec, device), y)
     fused.zero_grad()
     losses.sum().backward()
-    with torch.no_grad():
-        for name, mask in masks.items():
-            fused.params[name].grad.mul_(mask)
-        optimizer.step(lr)
-        for name, mask in masks.items():
-            fused.params[name].mul_(mask)  # weight decay and momentum must not revive pruned weights
+    optimizer.step(lr, masks)
     fused.zero_grad()  # K networks' gradients need not outlive the step (they would through the next forward)
     return losses.detach()
 
@@ -200,7 +264,8 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
     order. A candidate whose epoch loss is not finite is frozen (`diverged`) and dropped from the stack.
 
     `seconds` is each candidate's equal share of the fused run's wall time, so summed rows give the time spent.
-    `spec.compile` is not applied here (torch.compile of the vmapped network is untested).
+    `spec.compile` is not applied here (torch.compile of the fused network is untested). fp16 has no gradient
+    scaler here: one shared loss scale would let one candidate's overflow skip the others' steps.
     """
     if spec.schedule.name == "silo":
         raise ValueError("schedule: SILO derives its own max_lr per cycle; there are no candidates to fuse")
@@ -210,6 +275,7 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
         raise ValueError(f"checkpoint_dirs: {len(checkpoint_dirs)} given for {len(max_lrs)} candidates")
     started = time.perf_counter()
     device = resolve_device(spec.device)
+    spec = dataclasses.replace(spec, precision=resolve_precision(spec.precision, device))
     data = load_data(spec).to(device)
     # One prune of the shared start: every candidate's mask is this one, broadcast over the stack.
     model, masks, rewind, start_hash = _prepare(spec, cycle, seed, start_checkpoint, data, device)
@@ -220,6 +286,8 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
     rewinds: list[State | None] = [start_state if capture_rewind and spec.rewind_epoch == 0 else rewind] * k
 
     fused = Fused.replicate(model, k)
+    if device.type == "cuda" and spec.channels_last and len(data.input_shape) == 3 and fused.net is not None:
+        fused.to_channels_last()  # as run_cycle's model
     optimizer = FusedOptimizer(spec.optimizer, fused.params)
     lr_dtype = next(iter(fused.params.values())).dtype
     # In the parameters' dtype once, as run_cycle's MaskedWeights: a bool mask would be converted at every step.
@@ -297,7 +365,7 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
         results.append(CycleResult(
             cycle=cycle, seed=seed, max_lr=peaks[c], density=density(masks), val_acc=best_val[c],
             test_acc=best_test[c], best_epoch=best_epoch[c], epochs=epochs_run[c], seconds=seconds,
-            device=str(device), diverged=diverged[c], grad_std=grad_std, act_std=act_std, grad_hist=grad_hist,
-            act_hist=act_hist, checkpoint=path, checkpoint_hash=digest, start_hash=start_hash))
+            device=str(device), precision=spec.precision, diverged=diverged[c], grad_std=grad_std, act_std=act_std,
+            grad_hist=grad_hist,            act_hist=act_hist, checkpoint=path, checkpoint_hash=digest, start_hash=start_hash))
     return results
 
