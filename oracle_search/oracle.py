@@ -86,7 +86,8 @@ def earlier_rows(runner: Runner, cycle: int, starts: dict[int, dict | None]) -> 
 
 def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int = 3,
                use_bracket: bool = True) -> list[CycleOutcome]:
-    """Run cycles 0..L on every seed; `refine` is the most refinement rounds per cycle."""
+    """Run cycles 0..L on every seed; `refine` is the most refinement rounds per cycle. Each cycle's choice also
+    counts the rows an earlier run on this folder trained from the same starts (`earlier_rows`)."""
     spec, say = runner.spec, runner.progress.say
     outcomes: list[CycleOutcome] = []
     for cycle in range(spec.cycles + 1):

@@ -15,7 +15,8 @@ of the winner is refined: with no trained value on that side, the next coarse va
 trained neighbour more than ×`BRACKET` away, their geometric midpoint. It stops when both trained neighbours lie
 within ×`BRACKET` (δ is bracketed), when a side has nothing left (the winner sits at the end of the range: not
 bracketed, and said so), or after `ROUNDS` rounds. Cycles 0..q train at ε whatever δ is, so they are trained once
-and reused by every δ (the engine matches identical trainings).
+and reused by every δ (the engine matches identical trainings); a target cycle ≤ q cannot tell δ values apart, so
+then nothing is refined.
 
 Written to DIR/silo_paper.json: `delta_candidates` (every δ trained, ascending), `delta` (the winner, null when
 every δ diverged), `delta_bracketed`, and `delta_open` (why not bracketed, else null), with each candidate's
@@ -141,7 +142,8 @@ def search_delta(runner: Runner, epsilon: float, grid: list[float], seeds: list[
             break
         new, ends = next_deltas(winner, trained, coarse)
         if not new:
-            why = None if bracketed(winner, trained) else f"δ sits at the {' and '.join(ends)} end of its range"
+            ends = [{"below": "bottom", "above": "top"}[side] for side in ends]
+            why = None if bracketed(winner, trained) else f"δ sits at the {' and '.join(ends)} of its range"
             break
         if done >= rounds:
             why = f"{rounds} refinement rounds spent"

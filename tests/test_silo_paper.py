@@ -110,8 +110,8 @@ def test_a_real_delta_search_on_digits_writes_what_the_rows_say(ray_local, tmp_p
     assert record["delta_bracketed"] == within
     assert (record["delta_open"] is None) == within
     if not within:
-        assert record["delta_open"] in ("2 refinement rounds spent", "δ sits at the below end of its range",
-                                        "δ sits at the above end of its range")
+        assert record["delta_open"] in ("2 refinement rounds spent", "δ sits at the bottom of its range",
+                                        "δ sits at the top of its range")
     assert ("bracketed" if within else "NOT bracketed") in log.getvalue()
     # cycles 0..q train at ε for every δ: one training each per seed, the rest reused
     early = tune[tune["cycle"] <= 1]
