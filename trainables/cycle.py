@@ -180,14 +180,19 @@ def train_step(forward: nn.Module, optimizer: torch.optim.Optimizer, masked: Mas
 
 def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: int,
               start_checkpoint: str | None = None, checkpoint_dir: str | Path | None = None,
-              on_epoch: Callable[[dict], None] | None = None) -> CycleResult:
+              on_epoch: Callable[[dict], None] | None = None,
+              timings: dict[str, float] | None = None) -> CycleResult:
     """Run pruning cycle `cycle` (0 = dense training) at peak LR `max_lr` (SILO derives its own).
 
-    `on_epoch`, if given, receives {epoch, val_acc, train_loss, lr} after every finished epoch."""
+    `on_epoch`, if given, receives {epoch, val_acc, train_loss, lr} after every finished epoch. `timings`, if
+    given, receives the seconds spent per phase (data, prepare, train, evaluate, report, statistics, checkpoint,
+    total), measured around whole epochs, never per step (benchmarks/step_efficiency.py reads them)."""
     started = time.perf_counter()
+    clock = _Clock(timings)
     device = resolve_device(spec.device)
     spec = dataclasses.replace(spec, precision=resolve_precision(spec.precision, device))
     data = load_data(spec).to(device)
+    clock.lap("data")
     model, masks, rewind, start_hash = _prepare(spec, cycle, seed, start_checkpoint, data, device)
     if cycle == 0 and spec.weights == "rewind" and spec.rewind_epoch == 0:
         rewind = _state_copy(model)
@@ -203,8 +208,9 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
     total = spec.epochs * steps_per_epoch
     # The same data order for every max_lr of a (seed, cycle): grid points differ only in their LR.
     generator = torch.Generator().manual_seed(seed * 1_000_003 + cycle)
+    clock.lap("prepare")
 
-    best_val, best_test, best_epoch, best_state = -1.0, 0.0, 0, _state_copy(model)
+    best_val, best_epoch, best_state = -1.0, 0, _state_copy(model)
     step, epochs_run, diverged = 0, 0, False
     for epoch in range(1, spec.epochs + 1):
         model.train()
@@ -216,25 +222,28 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
             epoch_loss += train_step(forward, optimizer, masked, x, y, spec, device, scaler)
             step += 1
         epochs_run = epoch
+        clock.lap("train")
         # One check per epoch, not per step: a per-step check would force a GPU sync in the hot loop.
         if not torch.isfinite(epoch_loss):
             diverged = True
             break
         val = accuracy(forward, data, "val", spec, device)
-        if val > best_val:
-            best_val, best_test, best_epoch = val, accuracy(forward, data, "test", spec, device), epoch
-            best_state = _state_copy(model)
+        if val > best_val:  # its test accuracy is measured once, at the end, on these very weights
+            best_val, best_epoch, best_state = val, epoch, _state_copy(model)
         if cycle == 0 and spec.weights == "rewind" and epoch == spec.rewind_epoch:
             rewind = _state_copy(model)
+        clock.lap("evaluate")
         if on_epoch is not None:
             on_epoch({"epoch": epoch, "val_acc": val, "train_loss": float(epoch_loss) / steps_per_epoch, "lr": lr})
+            clock.lap("report")
 
-    if best_epoch == 0:  # diverged before a single finite epoch: report where it started
-        model.load_state_dict(best_state)
-        best_val = accuracy(model, data, "val", spec, device)
-        best_test = accuracy(model, data, "test", spec, device)
     model.load_state_dict(best_state)  # the chained weights are those of the best-validation epoch
+    if best_epoch == 0:  # diverged before a single finite epoch: report where it started
+        best_val = accuracy(forward, data, "val", spec, device)
+    best_test = accuracy(forward, data, "test", spec, device)  # early stop: the best-validation epoch's weights
+    clock.lap("evaluate")
     grad_std, grad_hist, act_std, act_hist = layer_statistics(model, masks, data, spec, device)
+    clock.lap("statistics")
 
     path, digest = "", ""
     if checkpoint_dir is not None:
@@ -244,11 +253,28 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
         payload = {k: v for k, v in payload.items() if v is not None}
         digest = save_checkpoint(checkpoint_dir, _to_cpu(payload))
         path = str(checkpoint_dir)
+    clock.lap("checkpoint")
+    seconds = time.perf_counter() - started
+    if timings is not None:
+        timings["total"] = seconds
     return CycleResult(
         cycle=cycle, seed=seed, max_lr=peak, density=density(masks), val_acc=best_val, test_acc=best_test,
-        best_epoch=best_epoch, epochs=epochs_run, seconds=time.perf_counter() - started, device=str(device),
+        best_epoch=best_epoch, epochs=epochs_run, seconds=seconds, device=str(device),
         precision=spec.precision, diverged=diverged, grad_std=grad_std, act_std=act_std, grad_hist=grad_hist, act_hist=act_hist,
         checkpoint=path, checkpoint_hash=digest, start_hash=start_hash)
+
+
+class _Clock:
+    """Seconds per phase of a training, summed into `into` (nothing is measured without one)."""
+
+    def __init__(self, into: dict[str, float] | None):
+        self.into, self.last = into, time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        if self.into is not None:
+            now = time.perf_counter()
+            self.into[phase] = self.into.get(phase, 0.0) + now - self.last
+            self.last = now
 
 
 def _to_cpu(obj):

@@ -94,7 +94,9 @@ class MaskedWeights:
 
     def __init__(self, model: nn.Module, masks: Masks):
         params = dict(model.named_parameters())
-        self.pairs = [(params[name], torch.empty_like(params[name]).copy_(mask)) for name, mask in masks.items()]
+        # A mask that keeps everything (every mask of a dense cycle 0) would multiply by one: exact, so skipped.
+        self.pairs = [(params[name], torch.empty_like(params[name]).copy_(mask)) for name, mask in masks.items()
+                      if not bool(mask.all())]
 
     def mask_gradients(self) -> None:
         for param, mask in self.pairs:

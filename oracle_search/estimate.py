@@ -1,0 +1,358 @@
+"""The cost before the run: how many trainings each phase of a command will run (at most, refinement rounds
+included, and typically), their epochs, and the wall time they should take on the slots available.
+
+The counts follow the drivers' rules (docs/design.md, "Which values are trained"):
+- **Oracle.** Cycle 0: the G grid values. Cycle m >= 1: the bracket (the grid values within a factor 4 of the
+  previous choice, plus that choice) and the dense best. Each refinement round adds at most 4 values (one per
+  edge of the two intervals). Every seed trains every value.
+- **silo_paper.** The first `DELTA_VALUES` δ, then up to `ROUNDS` rounds of at most 2 (one per side of the
+  winner); each δ trains cycles q+1..target on every tuning seed. Cycles 0..q train at ε whatever δ is: once per
+  seed, and cycles 0 and 1 are the Oracle's own trainings at its dense best (reused).
+- **silo_fit.** Every Optuna trial trains cycles 0..target on each fit seed (a stopped trial trains fewer).
+- **Baselines.** Each benchmark schedule's peaks on cycle 0: the grid on every tuning seed; the spec's own
+  schedule is the Oracle's cycle-0 grid, reused. Final runs: every baseline and SILO variant, cycles 0..L on
+  every evaluation seed.
+"Typical" counts refinement as the main job of 2026-11-26 ran it (README): 3 new Oracle values per round (13-17
+values per cycle were trained, of at most 18) and one δ round of 2.
+
+The wall time: typical epochs × seconds per epoch / the slots a phase can fill (Ray's CPUs and GPUs divided by one
+trial's, `max_concurrent` respected, and never more than the trainings a phase hands out at once). Seconds per
+epoch come from `--seconds-per-epoch`, or from timing a few steps and one evaluation on a worker with one trial's
+resources (`probe_seconds_per_epoch`)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from oracle_search.schema import BASELINES, atomic_write_json
+from trainables.spec import ExperimentSpec, SpecError
+
+RECORD = "estimate.json"
+TYPICAL_ORACLE_VALUES_PER_ROUND = 3
+TYPICAL_DELTA_ROUNDS = 1
+MOST_ORACLE_VALUES_PER_ROUND = 4  # one per edge of the two intervals (selection.next_values)
+PROBE_STEPS = 20
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a command: trainings at most and typically, each of `epochs` epochs, handed out in batches
+    of at least `width` trainings at once."""
+
+    name: str
+    most: int
+    typical: int
+    epochs: int
+    width: int
+
+    @property
+    def most_epochs(self) -> int:
+        return self.most * self.epochs
+
+    @property
+    def typical_epochs(self) -> int:
+        return self.typical * self.epochs
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A command's plan and the wall time it should take (the content of OUT/estimate.json)."""
+
+    command: str
+    precision: str
+    slots: int
+    seconds_per_epoch: float
+    source: str  # "given" (--seconds-per-epoch) or how it was timed
+    phases: list[Phase] = field(default_factory=list)
+
+    def seconds(self, which: str = "typical") -> float:
+        return sum(getattr(p, f"{which}_epochs") * self.seconds_per_epoch / min(self.slots, max(1, p.width))
+                   for p in self.phases)
+
+    def record(self) -> dict:
+        return {"command": self.command, "precision": self.precision, "slots": self.slots,
+                "seconds_per_epoch": self.seconds_per_epoch, "source": self.source,
+                "phases": [asdict(p) for p in self.phases], "seconds": self.seconds(),
+                "seconds_at_most": self.seconds("most")}
+
+    def lines(self) -> list[str]:
+        head = f"{'phase':<16} {'trainings':>10} {'(at most)':>10} {'epochs':>9} {'(at most)':>10}"
+        rows = [f"{p.name:<16} {p.typical:>10,} {p.most:>10,} {p.typical_epochs:>9,} {p.most_epochs:>10,}"
+                for p in self.phases]
+        total = (f"{'total':<16} {sum(p.typical for p in self.phases):>10,} {sum(p.most for p in self.phases):>10,} "
+                 f"{sum(p.typical_epochs for p in self.phases):>9,} {sum(p.most_epochs for p in self.phases):>10,}")
+        return [head, *rows, total,
+                f"precision: {self.precision}",
+                f"seconds per epoch: {self.seconds_per_epoch:.4g} ({self.source})",
+                f"slots: {self.slots} trial(s) at once",
+                f"estimate: {_duration(self.seconds())} of training on {self.slots} slot(s) "
+                f"(at most {_duration(self.seconds('most'))}), plus Ray's start"]
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:,.0f} s ({seconds / 60:.1f} min)" if seconds >= 60 else f"{seconds:.1f} s"
+
+
+# --- the plan: trainings per phase -------------------------------------------------------------------------------
+
+def widest_bracket(grid: list[float], width: float = 4.0) -> int:
+    """The most values `selection.bracket` can return for this grid: grid values within a factor `width` of the
+    previous choice, plus that choice when it is off the grid (a refined value)."""
+    grid = sorted(set(grid))
+    # The count changes only where the previous choice crosses g/width or g·width: try each, and between.
+    edges = sorted({g * f for g in grid for f in (1 / width, 1.0, width)})
+    probes = edges + [math.sqrt(a * b) for a, b in zip(edges, edges[1:])]
+    best = 0
+    for p in probes:
+        near = sum(1 for g in grid if p / width - _EPS <= g <= p * width + _EPS)
+        off_grid = all(abs(p / g - 1) > _EPS for g in grid)
+        best = max(best, near + off_grid)
+    return best
+
+
+def oracle_phase(spec: ExperimentSpec, seeds: int, refine: int, bracket: bool) -> Phase:
+    g = len(set(spec.grid))
+    later = min(widest_bracket(list(spec.grid)), g + 1) + 1 if bracket else g + 1  # + the dense best
+    cycles = spec.cycles
+
+    def count(per_round: int) -> int:
+        return seeds * ((g + per_round * refine) + cycles * (later + per_round * refine))
+
+    return Phase("oracle", count(MOST_ORACLE_VALUES_PER_ROUND), count(TYPICAL_ORACLE_VALUES_PER_ROUND),
+                 spec.epochs, seeds * (TYPICAL_ORACLE_VALUES_PER_ROUND if refine else g))
+
+
+def silo_paper_phase(spec: ExperimentSpec, seeds: int, target: int) -> Phase:
+    from oracle_search.silo_paper import DELTA_VALUES, PAPER_Q, ROUNDS
+
+    first = max(1, min(DELTA_VALUES, len(set(spec.grid)) - 1))  # ε + δ on the grid values above ε (or 2ε)
+    shared = max(0, min(PAPER_Q, target) + 1 - 2)  # cycles 0..q at ε; 0 and 1 are the Oracle's trainings
+    per_delta = max(0, target - PAPER_Q)
+    refine = ROUNDS if per_delta else 0
+
+    def count(rounds: int) -> int:
+        return seeds * (shared + (first + 2 * rounds) * per_delta)
+
+    return Phase("silo_paper", count(refine), count(min(refine, TYPICAL_DELTA_ROUNDS)), spec.epochs, seeds * 2)
+
+
+def silo_fit_phase(spec: ExperimentSpec, trials: int, fit_seeds: int, target: int) -> Phase:
+    n = trials * fit_seeds * (target + 1)
+    return Phase("silo_fit", n, n, spec.epochs, max(1, trials * fit_seeds))
+
+
+def baselines_phases(spec: ExperimentSpec, seeds: int, eval_seeds: int, silo_variants: int,
+                     oracle_ran: bool) -> list[Phase]:
+    tuned = [s for s in BASELINES if not (oracle_ran and s == spec.schedule.name)]  # that one is the Oracle's
+    tune = len(tuned) * len(set(spec.grid)) * seeds
+    finals = (len(BASELINES) + silo_variants) * eval_seeds * (spec.cycles + 1)
+    return [Phase("baselines_tune", tune, tune, spec.epochs, max(1, tune)),
+            Phase("finals", finals, finals, spec.epochs, (len(BASELINES) + silo_variants) * eval_seeds)]
+
+
+def plan(command: str, spec: ExperimentSpec, options) -> list[Phase]:
+    """The phases `command` ("oracle" or "compare") runs with `options` (pipeline.OracleOptions or
+    CompareOptions)."""
+    if command == "oracle":
+        return [oracle_phase(spec, options.seeds, options.refine, options.bracket)]
+    o, fit = options.oracle, options.fit
+    target = spec.cycles if fit.target_cycle is None else fit.target_cycle
+    phases = [oracle_phase(spec, o.seeds, o.refine, o.bracket)]
+    if options.silo_fit:
+        phases.append(silo_fit_phase(spec, fit.trials, fit.seeds, target))
+    phases.append(silo_paper_phase(spec, o.seeds, target))
+    phases += baselines_phases(spec, o.seeds, options.eval_seeds, 1 + options.silo_fit, oracle_ran=True)
+    return phases
+
+
+# --- slots and the timing probe ------------------------------------------------------------------------------------
+
+def slots(spec: ExperimentSpec, address: str | None) -> int:
+    """Trials at once, as `engine.Runner.slots` counts them: --max-concurrent when given, else the cluster's CPUs
+    and GPUs (this machine's, for a local Ray) divided by one trial's."""
+    res = spec.resources
+    if res.max_concurrent:
+        return res.max_concurrent
+    from oracle_search.engine import autoscaler_ceiling, cluster_address
+
+    if cluster_address(address):
+        import ray
+
+        from oracle_search.engine import connect
+        from trainables.plugins import runtime_env
+
+        connect(address, runtime_env(spec))
+        total = dict(ray.cluster_resources())
+        for resource, amount in (autoscaler_ceiling() or {}).items():
+            total[resource] = max(total.get(resource, 0), amount)
+    else:  # a local Ray is sized to this machine (engine.connect)
+        import torch
+
+        total = {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count()}
+    n = int(total.get("CPU", 0) // res.cpus_per_trial)
+    if res.gpus_per_trial > 0:
+        n = min(n, int(total.get("GPU", 0) // res.gpus_per_trial))
+    return max(1, n)
+
+
+def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> dict:
+    """Seconds of one epoch of `spec` on this process's device and threads: `steps` timed training steps (after
+    10 untimed ones) scaled to the epoch's steps, plus one validation pass."""
+    import torch
+
+    from trainables.cycle import accuracy, make_optimizer, resolve_device, train_step
+    from trainables.data import load_data
+    from trainables.models import build_model
+    from trainables.pruning import MaskedWeights, full_masks
+
+    device = resolve_device(spec.device)
+    data = load_data(spec).to(device)
+    torch.manual_seed(spec.seed)
+    model = build_model(spec.model, data.input_shape, data.num_classes).to(device)
+    optimizer = make_optimizer(spec.optimizer, model.parameters(), min(spec.grid))
+    masked = MaskedWeights(model, full_masks(model))
+    generator = torch.Generator().manual_seed(spec.seed)
+
+    def run(n: int) -> float:
+        model.train()
+        start, done = time.perf_counter(), 0
+        while done < n:
+            for x, y in data.batches("train", spec.batch_size, generator):
+                loss = train_step(model, optimizer, masked, x, y, spec, device)
+                done += 1
+                if done == n:
+                    break
+        float(loss)  # waits for the device
+        return time.perf_counter() - start
+
+    run(10)  # the first steps build the allocator's pools and oneDNN's kernels
+    step = run(steps) / steps
+    start = time.perf_counter()
+    accuracy(model, data, "val", spec, device)
+    evaluation = time.perf_counter() - start
+    per_epoch = math.ceil(data.size("train") / spec.batch_size)
+    return {"seconds_per_epoch": per_epoch * step + evaluation, "step": step, "evaluation": evaluation,
+            "steps_per_epoch": per_epoch, "device": str(device)}
+
+
+def trial_device(spec: ExperimentSpec) -> str:
+    """The device a local trial gets: a GPU when it asks for one and this machine has one, else the CPU."""
+    import torch
+
+    return "cuda" if spec.resources.gpus_per_trial > 0 and torch.cuda.is_available() else "cpu"
+
+
+def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None) -> dict:
+    """`time_epoch` where a trial runs, with torch limited to one trial's CPUs: on a cluster, in a Ray task
+    holding one trial's resources; on a local Ray (no address), which runs on this machine, in this process
+    (starting Ray costs more than the whole probe)."""
+    from oracle_search.engine import cluster_address
+
+    res, threads = spec.resources, max(1, int(spec.resources.cpus_per_trial))
+    if not cluster_address(address):
+        import dataclasses
+
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return time_epoch(dataclasses.replace(spec, device=trial_device(spec)))
+        finally:
+            torch.set_num_threads(before)
+    import ray
+
+    from oracle_search.engine import connect
+    from trainables.plugins import runtime_env
+
+    connect(address, runtime_env(spec))
+
+    @ray.remote
+    def probe(spec: ExperimentSpec, threads: int) -> dict:
+        import dataclasses
+
+        import torch
+
+        from oracle_search.estimate import time_epoch
+
+        torch.set_num_threads(threads)
+        use_cuda = bool(ray.get_gpu_ids()) and torch.cuda.is_available()
+        return time_epoch(dataclasses.replace(spec, device="cuda" if use_cuda else "cpu"))
+
+    task = probe.options(num_cpus=res.cpus_per_trial, num_gpus=res.gpus_per_trial)
+    return ray.get(task.remote(spec, threads))
+
+
+def precision(spec: ExperimentSpec, out: Path, address: str | None) -> ExperimentSpec:
+    """The spec with `auto` resolved as a run would (`pipeline.resolve_precision`: the recorded precision of a
+    resumed folder, else a worker's answer), without starting a local Ray: a local trial runs on this machine."""
+    from oracle_search import pipeline
+    from oracle_search.engine import cluster_address
+
+    if spec.precision != "auto" or cluster_address(address):
+        return pipeline.resolve_precision(spec, out, address)
+    old = pipeline.recorded_spec(out)
+    if old is not None and old.precision != "auto":
+        return dataclasses.replace(spec, precision=old.precision)
+    import torch
+
+    from trainables.precision import resolve_precision
+
+    return dataclasses.replace(spec, precision=resolve_precision("auto", torch.device(trial_device(spec))))
+
+
+def positive_seconds(value: float | None) -> float | None:
+    """--seconds-per-epoch: a positive finite number, or None."""
+    if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise SpecError("seconds-per-epoch", f"must be a positive number, got {value!r}")
+    return value
+
+
+def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
+             seconds_per_epoch: float | None = None) -> Estimate:
+    """The plan of `command` and its wall time; `spec.precision` must be resolved already. Nothing is timed when
+    `seconds_per_epoch` is given."""
+    positive_seconds(seconds_per_epoch)
+    if seconds_per_epoch is not None:
+        per_epoch, source = seconds_per_epoch, "given"
+    else:
+        t = probe_seconds_per_epoch(spec, address)
+        per_epoch = t["seconds_per_epoch"]
+        threads = max(1, int(spec.resources.cpus_per_trial))
+        source = (f"timed ({t['device']}, {threads} thread(s)): {PROBE_STEPS} steps of {t['step'] * 1e3:.2f} ms "
+                  f"x {t['steps_per_epoch']} + one evaluation {t['evaluation'] * 1e3:.0f} ms")
+    return Estimate(command, spec.precision, slots(spec, address), per_epoch, source, plan(command, spec, options))
+
+
+def write(out: Path, found: Estimate) -> None:
+    """OUT/estimate.json at the start of a real run, with the time it started."""
+    atomic_write_json(Path(out) / RECORD, found.record() | {"started": time.time(), "finished": None})
+
+
+def finish(out: Path) -> None:
+    """Record when the run that wrote OUT/estimate.json ended, for the report's comparison."""
+    path = Path(out) / RECORD
+    if path.exists():
+        record = json.loads(path.read_text())
+        atomic_write_json(path, record | {"finished": time.time()})
+
+
+def report_note(out: Path) -> str | None:
+    """The report's line: the estimate made before the run next to the time it took."""
+    path = Path(out) / RECORD
+    if not path.exists():
+        return None
+    r = json.loads(path.read_text())
+    line = (f"Estimated before the run ({r['command']}, {r['precision']}, {r['slots']} slot(s), "
+            f"{r['seconds_per_epoch']:.4g} s per epoch, {r['source'].split(':')[0]}): "
+            f"{_duration(r['seconds'])} of training, at most {_duration(r['seconds_at_most'])}")
+    if r.get("finished") and r.get("started"):
+        took = r["finished"] - r["started"]
+        line += f"; measured: {_duration(took)} ({took / r['seconds']:.2f}x the estimate)"
+    return line + "."

@@ -1,0 +1,149 @@
+"""The cost before the run: the plan's counts against a hand count and a brute-force simulation of the Oracle's
+value rules, `--dry-run` (nothing written, exit 0), `--seconds-per-epoch` (the estimate is exact arithmetic),
+bad values (exit 2 naming the option), and the report line."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import pytest
+
+from oracle_search import estimate
+from oracle_search.cli import main
+from oracle_search.pipeline import CompareOptions, FitOptions, OracleOptions
+from oracle_search.selection import Curve, bracket, choose, next_values
+from oracle_search.silo_paper import ROUNDS
+from trainables.presets import PRESETS
+from trainables.spec import Resources
+
+# digits-mlp: grid 0.02, 0.05, 0.1, 0.2 (G = 4), 30 epochs, LR warmup; here 2 cycles, 3 seeds, refine 1, fit 8
+# trials x 1 seed, 3 evaluation seeds, max 2 trials at once.
+SPEC = dataclasses.replace(PRESETS["digits-mlp"].spec, cycles=2, precision="fp32",
+                           resources=Resources(max_concurrent=2))
+OPTIONS = CompareOptions(oracle=OracleOptions(seeds=3, refine=1), fit=FitOptions(trials=8, seeds=1), eval_seeds=3)
+
+# Worked by hand from docs/design.md, "Which values are trained":
+# - Oracle, cycle 0: the 4 grid values + one refinement round of at most 4 (one per interval edge) = 8 values.
+#   Cycle m >= 1: the bracket, grid values within x4 of the previous choice p: p in [0.05, 0.08] reaches all 4
+#   (0.02 >= p/4 and 0.2 <= 4p); an off-grid p there (a refined value, e.g. 0.07) adds itself: 5; plus the
+#   dense best (itself possibly a refined value): 6; + 4 refined = 10. Most: 3 seeds x (8 + 2 x 10) = 84.
+#   Typically 3 new values per round: 3 x ((4 + 3) + 2 x (6 + 3)) = 75.
+# - silo_fit: 8 trials x 1 seed x cycles 0..2 = 24.
+# - silo_paper: ε + δ on the 3 grid values above ε at most (4 - 1 = 3), then ROUNDS rounds of at most 2 δ; each δ
+#   trains cycle 2 only (cycles 0..q=1 are at ε, the Oracle's own trainings): 3 seeds x (3 + 2 ROUNDS) at most,
+#   3 x (3 + 2) with one round.
+# - baselines' tuning: constant, decay, cyclical, cosine (warmup is the Oracle's cycle-0 grid) x 4 x 3 = 48.
+# - finals: 5 baselines + 2 SILO variants, x 3 evaluation seeds x 3 cycles = 63.
+HAND_MOST = {"oracle": 84, "silo_fit": 24, "silo_paper": 3 * (3 + 2 * ROUNDS), "baselines_tune": 48, "finals": 63}
+HAND_TYPICAL = {"oracle": 75, "silo_fit": 24, "silo_paper": 15, "baselines_tune": 48, "finals": 63}
+
+
+def test_plan_matches_the_hand_count():
+    phases = {p.name: p for p in estimate.plan("compare", SPEC, OPTIONS)}
+    assert {n: p.most for n, p in phases.items()} == HAND_MOST
+    assert {n: p.typical for n, p in phases.items()} == HAND_TYPICAL
+    assert all(p.epochs == 30 and p.most_epochs == 30 * p.most for p in phases.values())
+    assert [p.name for p in estimate.plan("oracle", SPEC, OPTIONS.oracle)] == ["oracle"]
+
+
+def test_widest_bracket_by_hand():
+    # doubling grid: [p/4, 4p] holds 5 grid values when p is one of them, 4 and p itself when p lies between
+    assert estimate.widest_bracket([0.01 * 2 ** k for k in range(8)]) == 5
+    assert estimate.widest_bracket([0.02, 0.05, 0.1, 0.2]) == 5  # all four and an off-grid p in [0.05, 0.08]
+    assert estimate.widest_bracket([1.0, 100.0]) == 2  # never both: p and one grid value
+
+
+def simulate_oracle(grid: list[float], cycles: int, seeds: int, refine: int, rng: random.Random) -> int:
+    """The Oracle's value rules (run_oracle) on random validation accuracies: how many trainings it runs."""
+    trained, dense, previous = 0, None, None
+    for cycle in range(cycles + 1):
+        values = sorted(grid) if previous is None else bracket(grid, previous)
+        if dense is not None:
+            values = sorted({*values, dense})
+        rows, rounds = [], 0
+        while values:
+            trained += len(values) * seeds
+            rows += [{"max_lr": v, "seed": s, "val_acc": rng.choice([rng.uniform(0, 100), 50.0, 50.2]),
+                      "diverged": rng.random() < 0.05} for v in values for s in range(seeds)]
+            choice = choose(Curve.from_rows(rows))
+            if choice is None or rounds >= refine:
+                break
+            values, rounds = next_values(choice, grid), rounds + 1
+        if choice is None:
+            break
+        previous = choice.best
+        dense = previous if dense is None else dense
+    return trained
+
+
+@pytest.mark.parametrize("grid,refine", [((0.02, 0.05, 0.1, 0.2), 1), ((0.01, 0.02, 0.04, 0.08, 0.16), 3)])
+def test_oracle_never_trains_more_than_the_plan_says(grid, refine):
+    spec = dataclasses.replace(SPEC, grid=grid)
+    most = estimate.oracle_phase(spec, seeds=2, refine=refine, bracket=True).most
+    rng = random.Random(0)
+    counts = [simulate_oracle(list(grid), spec.cycles, 2, refine, rng) for _ in range(300)]
+    assert max(counts) <= most
+
+
+def test_seconds_per_epoch_gives_epochs_times_seconds_over_slots():
+    found = estimate.estimate("compare", SPEC, OPTIONS, None, seconds_per_epoch=0.25)
+    assert found.slots == 2 and found.source == "given"
+    assert found.seconds() == pytest.approx(sum(HAND_TYPICAL.values()) * 30 * 0.25 / 2, rel=1e-12)
+    assert found.seconds("most") == pytest.approx(sum(HAND_MOST.values()) * 30 * 0.25 / 2, rel=1e-12)
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+DRY = ("compare", "--preset", "digits-mlp", "--cycles", "2", "--refine", "1", "--max-concurrent", "2")
+
+
+def test_dry_run_with_given_seconds_prints_the_plan_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, text, _ = run(capsys, *DRY, "--precision", "fp32", "--seconds-per-epoch", "0.25", "--dry-run",
+                        "--out", str(out))
+    assert code == 0 and not out.exists()
+    assert "precision: fp32" in text and "slots: 2" in text
+    total = sum(HAND_TYPICAL.values()) * 30 * 0.25 / 2
+    assert f"estimate: {total:,.0f} s" in text
+    assert f"{sum(HAND_MOST.values()):,}" in text  # the total at most
+
+
+def test_dry_run_times_a_few_steps_and_resolves_auto(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ORACLE_SEARCH_CPU_FLAGS", "avx avx2 fma")  # a CPU without native bf16: auto is fp32
+    estimate_flags = __import__("trainables.precision", fromlist=["cpu_flags"]).cpu_flags
+    estimate_flags.cache_clear()
+    out = tmp_path / "run"
+    try:
+        code, text, _ = run(capsys, "oracle", "--preset", "digits-mlp", "--cycles", "1", "--max-concurrent", "1",
+                            "--dry-run", "--out", str(out))
+    finally:
+        estimate_flags.cache_clear()
+    assert code == 0 and not out.exists()
+    assert "precision: fp32" in text and "timed (cpu, 1 thread(s))" in text
+    per_epoch = float(text.split("seconds per epoch: ")[1].split()[0])
+    assert 0 < per_epoch < 60
+
+
+@pytest.mark.parametrize("bad", ["-1", "0", "nan", "inf", "abc"])
+def test_bad_seconds_per_epoch_exits_2_naming_the_option(tmp_path, capsys, bad):
+    out = tmp_path / "run"
+    code, _, err = run(capsys, *DRY, "--dry-run", f"--seconds-per-epoch={bad}", "--out", str(out))
+    assert code == 2 and "seconds-per-epoch" in err and not out.exists()
+
+
+def test_report_note_puts_the_estimate_next_to_the_time_taken(tmp_path):
+    found = estimate.estimate("oracle", SPEC, OPTIONS.oracle, None, seconds_per_epoch=0.5)
+    estimate.write(tmp_path, found)
+    record = json.loads((tmp_path / estimate.RECORD).read_text())
+    assert record["seconds"] == pytest.approx(75 * 30 * 0.5 / 2)
+    assert "measured" not in estimate.report_note(tmp_path)
+    record["started"] -= 1000.0  # a run that took 1000 s (plus the moment until finish())
+    (tmp_path / estimate.RECORD).write_text(json.dumps(record))
+    estimate.finish(tmp_path)
+    note = estimate.report_note(tmp_path)
+    assert "562 s" in note and "measured: 1,000 s" in note  # 75 x 30 x 0.5 / 2 = 562.5
