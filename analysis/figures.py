@@ -138,14 +138,15 @@ REGRET_STYLE = {"silo_paper": ("s-", "tab:red"), "silo_fit": ("D-", "tab:purple"
                 "constant_dense": ("o--", "tab:grey"), "constant_best": ("^--", "tab:green")}
 
 
-def regret_figure(regret: pd.DataFrame, lam: pd.Series, labels: dict[str, str], unjudged: int = 0) -> bytes:
+def regret_figure(regret: pd.DataFrame, lam: pd.Series, labels: dict[str, str], q: int | None = None) -> bytes:
     """Regret (validation-accuracy points below the leave-one-out Oracle) against cycle, one line per schedule
-    with its 95 % CI as a band; cycles below `unjudged` shaded (cycle 0 and cycles ≤ q test nothing)."""
+    with its 95 % CI as a band; cycle 0 (shown, not summed) and SILO (paper)'s cycles 1..q (it keeps ε) shaded."""
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
     cycles = sorted(regret["cycle"].unique())
-    if unjudged > 0:
-        ax.axvspan(cycles[0] - 0.4, unjudged - 0.5, color="0.9", label=f"cycles < {unjudged}: not judged")
+    ax.axvspan(-0.4, 0.5, color="0.85", label="cycle 0: shown, not summed")
+    if q is not None and q >= 1:
+        ax.axvspan(0.5, min(q, cycles[-1]) + 0.5, color="0.93", label=f"cycles ≤ q = {q}: SILO (paper) keeps ε")
     ax.axhline(0.0, color="black", linewidth=0.8)
     for name, group in regret.groupby("schedule", sort=False):
         group = group.sort_values("cycle")

@@ -16,9 +16,10 @@ from analysis.intervals import oracle_intervals, seed_intervals
 from analysis.select import densities, label, pruning_rate, silo_methods, silo_params
 from analysis.regret import regret_table as regret_frame
 from analysis.tables import (SCHEDULE_LABELS, Table, accuracy_table, best_per_density, cost_table,
-                             end_to_end_line, end_to_end_table, first_judged, oracle_table, regret_table,
+                             end_to_end_line, end_to_end_table, oracle_table, regret_table,
                              seed_table, statistics_source, statistics_table, values_table, verdict_lines,
                              verdict_table)
+from oracle_search.estimate import report_note as estimate_note
 from oracle_search.schema import REQUIRED, atomic_write_bytes, results_frame
 from oracle_search.selection import TOLERANCE
 
@@ -73,12 +74,12 @@ def _regret_plot(df: pd.DataFrame) -> Plot | None:
     if regret.empty:
         return None
     labels = {m: label(m) for m in regret["schedule"].unique()} | SCHEDULE_LABELS
-    unjudged = first_judged(df, "silo_paper") if "silo_paper" in set(regret["schedule"]) else 1
-    png = figures.regret_figure(regret, densities(df), labels, unjudged)
+    params = silo_params(df, "silo_paper")
+    png = figures.regret_figure(regret, densities(df), labels, None if params is None else params["q"])
     return Plot("regret", "Regret against cycle: validation-accuracy points below a leave-one-out Oracle on the "
                 "Oracle's chain, mean over the tuning seeds with 95 % CI bands, for each SILO variant and both "
-                "controls; a gap where the max_lr lies outside the values every seed trained. Shaded: cycle 0 and "
-                "SILO (paper)'s cycles ≤ q, which test nothing.", png)
+                "controls; a gap where the max_lr lies outside the values every seed trained. Shaded: cycle 0 (not "
+                "summed in the verdict) and SILO (paper)'s cycles ≤ q, where it keeps ε.", png)
 
 
 def _max_lr_plot(df: pd.DataFrame, spec: dict | None, tol: float) -> Plot | None:
@@ -247,6 +248,8 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE) -> dict[str, Pa
                     _regret_section(df), _accuracy_section(df), _cost_section(df), _statistics_section(df)]
     if not df.empty and (note := _silo_fit_note(out_dir)) is not None:
         sections[0].notes.append(note)
+    if not df.empty and (note := estimate_note(out_dir)) is not None:  # the cost expected, and the time taken
+        next(s for s in sections if s.title == "Cost").notes.append(note)
     if not df.empty and (plots := [Plot(n, c, png) for n, c, png in study_figures(out_dir)]):
         sections.append(Section("The silo_fit study (Optuna)", plots=plots))
     title = "Oracle search report" + ("" if df.empty else f": {df['experiment'].iloc[0]}")

@@ -491,5 +491,6 @@ def regret_table(df: pd.DataFrame) -> Table | None:
             pd.Series(cycles), first)
     n = int(data["n"].iloc[0])
     verdict = (f"Regret in validation-accuracy points against a leave-one-out Oracle on its chain, mean and 95 % CI "
-               f"over n = {n} tuning seeds; – where undefined; * cycles a SILO variant does not adapt at (≤ q).")
+               f"over n = {n} tuning seeds; – where undefined; * cycle 0 (shown, not summed) and a SILO variant's "
+               "cycles ≤ q (it keeps ε).")
     return Table("regret", "Regret per cycle", _by_density(rows, lam.reindex(cycles)), data, verdict)
