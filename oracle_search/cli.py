@@ -237,8 +237,12 @@ def cmd_oracle(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     options = _oracle_options(args)
+    per_epoch = _seconds_per_epoch(args)
     check_inputs(args, spec)
-    outcomes = pipeline.oracle(spec, Path(args.out), options, args.address, args.callback)
+    if args.dry_run:
+        return _dry_run("oracle", args, spec, options, per_epoch)
+    outcomes = pipeline.oracle(spec, Path(args.out), options, args.address, args.callback,
+                               seconds_per_epoch=per_epoch)
     print("\nOracle table\n" + oracle_table(outcomes))
     print(f"\nresults: {Path(args.out) / 'results.parquet'} (and results.csv)")
     return 0
@@ -295,11 +299,32 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     options = _compare_options(args, spec)
+    per_epoch = _seconds_per_epoch(args)
     check_inputs(args, spec)
-    result = pipeline.compare(spec, Path(args.out), options, args.address, args.callback)
+    if args.dry_run:
+        return _dry_run("compare", args, spec, options, per_epoch)
+    result = pipeline.compare(spec, Path(args.out), options, args.address, args.callback,
+                              seconds_per_epoch=per_epoch)
     out = Path(args.out)
     print(f"\nreport: {out / 'report.md'} and {result.report}")
     print(f"results: {out / 'results.parquet'} (and results.csv), {len(result.results)} rows")
+    return 0
+
+
+def _seconds_per_epoch(args: argparse.Namespace) -> float | None:
+    from oracle_search.estimate import positive_seconds
+
+    return positive_seconds(args.seconds_per_epoch)
+
+
+def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, options, per_epoch: float | None) -> int:
+    """The plan, the precision and the wall-time estimate; nothing trains and nothing is written to --out."""
+    from oracle_search.estimate import estimate, precision
+
+    spec = precision(spec, Path(args.out), args.address)
+    found = estimate(command, spec, options, args.address, per_epoch)
+    print(f"{command} --dry-run: {spec.preset}, {spec.cycles + 1} cycles of {spec.epochs} epochs")
+    print("\n".join(found.lines()))
     return 0
 
 
@@ -356,6 +381,13 @@ def build_parser() -> Parser:
         f.add_argument("--q-range", help="LO:HI integers (default 0:3)")
         f.add_argument("--beta-range", help="LO:HI (default 3:6)")
 
+    def cost_options(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--dry-run", action="store_true", help="print the plan (trainings and epochs per phase, "
+                       "at most and typically), the precision auto resolves to and the estimated wall time; "
+                       "train nothing, write nothing")
+        c.add_argument("--seconds-per-epoch", type=float, help="the estimate's seconds per training epoch "
+                       "(default: time a few steps on a worker with one trial's resources)")
+
     def eval_options(c: argparse.ArgumentParser) -> None:
         c.add_argument("--eval-seeds", type=int, default=3, help="evaluation seeds of every tuned method's final "
                        "runs, disjoint from the tuning seeds (default 3, at least 2)")
@@ -382,6 +414,7 @@ def build_parser() -> Parser:
     c = sub.add_parser("oracle", help="grid-search max_lr at every cycle on Ray Tune, chaining the best")
     add_spec_options(c, cluster=True)
     oracle_options(c)
+    cost_options(c)
     c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
     c.set_defaults(run=cmd_oracle)
 
@@ -408,6 +441,7 @@ def build_parser() -> Parser:
     oracle_options(c)
     eval_options(c)
     fit_options(c, 8)
+    cost_options(c)
     c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
     c.set_defaults(run=cmd_compare)
 

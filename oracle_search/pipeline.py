@@ -190,12 +190,28 @@ def _oracle(runner, options: OracleOptions):
                       refine=options.refine, use_bracket=options.bracket)
 
 
+def _write_estimate(runner, command: str, options, seconds_per_epoch: float | None) -> None:
+    """OUT/estimate.json: the cost expected before the run (oracle_search.estimate), for the report."""
+    from oracle_search import estimate
+
+    found = estimate.estimate(command, runner.spec, options, runner.address, seconds_per_epoch)
+    estimate.write(runner.out, found)
+    runner.progress.say(f"estimate: {found.lines()[-1].removeprefix('estimate: ')}")
+
+
 def oracle(spec: ExperimentSpec, out: Path, options: OracleOptions = OracleOptions(),
-           address: str | None = None, callbacks: list[str] | None = None) -> list:
-    """Run (or resume) the Oracle; returns one `oracle.CycleOutcome` per cycle."""
+           address: str | None = None, callbacks: list[str] | None = None,
+           seconds_per_epoch: float | None = None) -> list:
+    """Run (or resume) the Oracle; returns one `oracle.CycleOutcome` per cycle. `seconds_per_epoch`: the
+    estimate's (default: timed on a worker)."""
+    from oracle_search import estimate
+
     reject_silo_schedule(spec)
     with _runner(spec, Path(out), address, callbacks, fuse_size(spec, options.fuse)) as runner:
-        return _oracle(runner, options)
+        _write_estimate(runner, "oracle", options, seconds_per_epoch)
+        outcomes = _oracle(runner, options)
+    estimate.finish(Path(out))
+    return outcomes
 
 
 def _dense_best(runner) -> float | None:
@@ -280,14 +296,18 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
 
 
 def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOptions(),
-            address: str | None = None, callbacks: list[str] | None = None) -> CompareResult:
+            address: str | None = None, callbacks: list[str] | None = None,
+            seconds_per_epoch: float | None = None) -> CompareResult:
     """The main job: Oracle, silo_paper, silo_fit, the baselines' tuning, every method's final runs on held-out
-    seeds, and the report; one resumable run on one folder."""
+    seeds, and the report; one resumable run on one folder. `seconds_per_epoch`: the estimate's (default: timed
+    on a worker)."""
+    from oracle_search import estimate
     from oracle_search.baselines import run_baselines
 
     reject_silo_schedule(spec)
     out = Path(out)
     with _runner(spec, out, address, callbacks, fuse_size(spec, options.oracle.fuse)) as runner:
+        _write_estimate(runner, "compare", options, seconds_per_epoch)
         say = runner.progress.say
         tune, evaluate = tuning_seeds(spec, options.oracle.seeds), evaluation_seeds(spec, options.eval_seeds)
         say(f"compare: {spec.preset}, {spec.cycles + 1} cycles, tuning seeds {tune}, evaluation seeds {evaluate} "
@@ -306,6 +326,7 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
         say("== 3/4 baselines' tuning and every method's final runs ==")
         run_baselines(runner, tune, evaluate, list(spec.grid), variants)
         table = runner.write_results()
+    estimate.finish(out)  # before the report, which prints the estimate next to the time taken
     say("== 4/4 report ==")
     result = CompareResult(table, report(out))
     if study is not None and Method.SILO_FIT not in variants:
