@@ -38,7 +38,7 @@ def test_load_data_is_cached_per_process():
 def test_mnist1d_embedded_default():
     d = load_data(PRESETS["mnist1d-mlp"].spec)
     assert d.input_shape == (40,) and d.num_classes == 10
-    assert (d.size("train"), d.size("val"), d.size("test")) == (7000, 1500, 1500)
+    assert (d.size("train"), d.size("val"), d.size("test")) == (7000, 20000, 3000)
     assert set(d.y["train"].unique().tolist()) == set(range(10))
 
 
