@@ -136,18 +136,6 @@ def connect(address: str | None, runtime_env: dict | None = None) -> None:
             signal.signal(signal.SIGTERM, sigterm)
 
 
-def autoscaler_ceiling(path: Path | None = None) -> dict[str, float] | None:
-    """The most resources the autoscaler may grow the cluster to (head plus every worker type at its
-    max_workers), from the config `ray up` leaves on the head; None without one."""
-    path = path or AUTOSCALER_CONFIG
-    if not path.is_file():
-        return None
-    import yaml
-
-    config = yaml.safe_load(path.read_text()) or {}
-    cap, head = config.get("max_workers"), config.get("head_node_type")
-    total: Counter[str] = Counter()
-    for name, node in (config.get("available_node_types") or {}).items():
 def probe_precision(spec: ExperimentSpec, address: str | None, env: dict[str, str] | None = None) -> str:
     """What `precision = "auto"` means for this experiment: asked of a worker that holds one trial's resources,
     since the driver may run on a head node without the trials' GPU or CPU kind. `env`: extra environment
@@ -167,6 +155,18 @@ def probe_precision(spec: ExperimentSpec, address: str | None, env: dict[str, st
     return ray.get(task.remote(spec.device))
 
 
+def autoscaler_ceiling(path: Path | None = None) -> dict[str, float] | None:
+    """The most resources the autoscaler may grow the cluster to (head plus every worker type at its
+    max_workers), from the config `ray up` leaves on the head; None without one."""
+    path = path or AUTOSCALER_CONFIG
+    if not path.is_file():
+        return None
+    import yaml
+
+    config = yaml.safe_load(path.read_text()) or {}
+    cap, head = config.get("max_workers"), config.get("head_node_type")
+    total: Counter[str] = Counter()
+    for name, node in (config.get("available_node_types") or {}).items():
         count = 1 if name == head else min(node.get("max_workers", cap or 0), cap if cap is not None else 1 << 30)
         for resource, amount in (node.get("resources") or {}).items():
             total[resource] += count * amount
