@@ -24,7 +24,10 @@ def _mlflow(out: Path, experiment: str) -> tune.Callback:
 def _wandb(out: Path, experiment: str) -> tune.Callback:
     from ray.air.integrations.wandb import WandbLoggerCallback
 
-    return WandbLoggerCallback(project=os.environ.get("WANDB_PROJECT", "oracle-search"), group=experiment)
+    # wandb runs in a logging actor that Ray starts with only WANDB_API_KEY from this environment, so the mode
+    # (offline: no key needed) is passed to wandb.init; its local files go next to the results.
+    return WandbLoggerCallback(project=os.environ.get("WANDB_PROJECT", "oracle-search"), group=experiment,
+                               mode=os.environ.get("WANDB_MODE"), dir=str(out.resolve()))
 
 
 def _wandb_ready() -> str | None:

@@ -15,8 +15,6 @@ from oracle_search.fitter import SearchSpace, default_storage, open_study, recom
 from trainables.presets import PRESETS
 from trainables.spec import Resources
 
-pytestmark = pytest.mark.slow
-
 ARGS = ["fit-silo", "--preset", "digits-mlp", "--cycles", "2", "--epochs", "8", "--epsilon-range", "0.0005:0.5",
         "--delta-range", "0:0.3"]
 
@@ -33,6 +31,7 @@ def fitted(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_study_reloads_with_six_finished_trials_inside_the_ranges(fitted):
     study = load(fitted)
     finished = [t for t in study.trials if t.state.is_finished()]
@@ -42,12 +41,14 @@ def test_study_reloads_with_six_finished_trials_inside_the_ranges(fitted):
     assert 0 <= best["q"] <= 3 and 3 <= best["beta"] <= 6
 
 
+@pytest.mark.slow
 def test_first_trial_is_the_papers_recommendation(fitted):
     first = load(fitted).trials[0].params
     assert first["q"] == 1 and first["beta"] == 5.0
     assert first["epsilon"] == pytest.approx(PRESETS["digits-mlp"].spec.schedule.silo.epsilon)
 
 
+@pytest.mark.slow
 def test_rows_carry_method_schedule_and_parameters(fitted):
     rows = pd.read_parquet(fitted / "results.parquet")
     assert set(rows["method"]) == {"silo_fit"} and set(rows["stage"]) == {"fit"}
@@ -58,6 +59,7 @@ def test_rows_carry_method_schedule_and_parameters(fitted):
         assert trial_rows["q"].unique().tolist() == [params["q"]]
 
 
+@pytest.mark.slow
 def test_a_pruned_trial_is_marked_and_cost_fewer_epochs(fitted):
     study, rows = load(fitted), pd.read_parquet(fitted / "results.parquet")
     pruned = [t.number for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
@@ -70,6 +72,7 @@ def test_a_pruned_trial_is_marked_and_cost_fewer_epochs(fitted):
     assert not rows[rows["study_trial"].isin(complete)]["stopped_early"].any()
 
 
+@pytest.mark.slow
 def test_a_rerun_adds_trials_instead_of_starting_over(fitted):
     before = {t.number: (t.params, t.value) for t in load(fitted).trials}
     ledger_before = {p.name: json.loads(p.read_text())["trial_id"] for p in (fitted / "ledger").glob("*.json")}
@@ -81,12 +84,23 @@ def test_a_rerun_adds_trials_instead_of_starting_over(fitted):
         assert json.loads((fitted / "ledger" / name).read_text())["trial_id"] == trial_id
 
 
-def test_search_space_and_recommendation_defaults():
+def test_the_fitter_samples_the_papers_ranges_and_starts_at_its_advice(tmp_path):
+    """What the fitter actually draws on mnist1d-mlp (grid 0.01 .. 1.28): epsilon log-uniform over the grid's span,
+    delta uniform in [0, 1.28], q an integer in the paper's [0, 3], beta in its [3, 6]. 400 random draws reach
+    each end: a log-uniform draw falls below 0.02 with probability log 2 / log 128 = 1/7, a uniform one in the
+    outer tenth of a range with 1/10, so missing an end has probability below (6/7)^400, about 1e-27."""
     spec = PRESETS["mnist1d-mlp"].spec
-    space = SearchSpace.default(spec)
-    assert space.epsilon == (min(spec.grid), max(spec.grid)) and space.q == (0, 3) and space.beta == (3.0, 6.0)
-    assert recommended_start(spec, 0.16) == {"epsilon": 0.16, "delta": spec.schedule.silo.delta, "q": 1,
-                                             "beta": 5.0}
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    drawn = [dataclasses.asdict(fitter.suggest(study.ask(), SearchSpace.default(spec))) for _ in range(400)]
+    values = {name: [d[name] for d in drawn] for name in drawn[0]}
+    assert 0.01 <= min(values["epsilon"]) < 0.02 and 0.64 < max(values["epsilon"]) <= 1.28
+    assert 0.0 <= min(values["delta"]) < 0.128 and 1.152 < max(values["delta"]) <= 1.28
+    assert sorted(set(values["q"])) == [0, 1, 2, 3]
+    assert 3.0 <= min(values["beta"]) < 3.3 and 5.7 < max(values["beta"]) <= 6.0
+    # The paper's advice: q = 1, beta = 5, epsilon = the Oracle's dense best (else the preset's 0.1), delta the
+    # preset's 0.4.
+    assert recommended_start(spec, 0.16) == {"epsilon": 0.16, "delta": 0.4, "q": 1, "beta": 5.0}
+    assert recommended_start(spec, None) == {"epsilon": 0.1, "delta": 0.4, "q": 1, "beta": 5.0}
 
 
 @pytest.mark.parametrize("option, value", [("--epsilon-range", "0:1"), ("--beta-range", "6:3"),
@@ -146,7 +160,7 @@ def test_tpe_keeps_trials_in_flight_apart_with_constant_liar(tmp_path, monkeypat
     assert made and made[0]["constant_liar"] is True  # also on Optuna 4, whose default is False
 
 
-def test_a_second_driver_on_the_same_out_stops_with_exit_2(tmp_path, capsys):
+def test_a_second_driver_on_the_same_out_stops_with_exit_2(ray_local, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     with fitter.driver_lock(out):
@@ -158,6 +172,7 @@ def test_a_second_driver_on_the_same_out_stops_with_exit_2(tmp_path, capsys):
 TINY_FAST = ["--preset", "tiny", "--cycles", "1", "--epochs", "2"]
 
 
+@pytest.mark.slow
 def test_ranges_that_exclude_the_papers_start_skip_it_and_all_diverged_fails_with_one_line(tmp_path, capsys):
     out = tmp_path / "out"
     code = main(["fit-silo", *TINY_FAST, "--trials", "2", "--epsilon-range", "500:1000", "--out", str(out)])
@@ -173,6 +188,7 @@ def test_ranges_that_exclude_the_papers_start_skip_it_and_all_diverged_fails_wit
     assert main(["report", str(out)]) == 0  # the report renders from what exists
 
 
+@pytest.mark.slow
 def test_compare_whose_fit_all_diverged_exits_1_after_writing_the_report(tmp_path, capsys):
     out = tmp_path / "cmp"
     code = main(["compare", *TINY_FAST, "--grid", "0.1", "--refine", "0", "--trials", "1",
@@ -188,6 +204,7 @@ def test_compare_whose_fit_all_diverged_exits_1_after_writing_the_report(tmp_pat
     assert rows[rows["method"] == "silo_fit"]["stage"].eq("fit").all()
 
 
+@pytest.mark.slow
 def test_a_killed_drivers_running_trial_in_the_journal_is_resumed_with_its_parameters(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

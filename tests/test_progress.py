@@ -9,6 +9,7 @@ import re
 import struct
 import sys
 import threading
+import time
 from functools import partial
 from pathlib import Path
 
@@ -253,3 +254,70 @@ def test_callback_mlflow_logs_epoch_curves_and_the_final_row_of_every_trial(ray_
         row = by_lr[float(run.data.params["trial/max_lr"])]
         assert run.data.metrics["val_acc"] == pytest.approx(row["val_acc"])  # the final report, logged too
         assert max(m.value for m in curve) <= row["val_acc"]  # early stopping keeps the best epoch
+
+
+def wandb_records(path: Path) -> list:
+    """The records of an offline wandb run's transaction log (`run-ID.wandb`): LevelDB's log format (32 KiB
+    blocks of chunks, each behind a 7-byte header: CRC, length, FULL/FIRST/MIDDLE/LAST) after a 7-byte file header,
+    each record one of wandb's protobuf `Record`s."""
+    from wandb.proto import wandb_internal_pb2
+
+    blob = path.read_bytes()
+    assert blob[:4] == b":W&B", blob[:7]
+    block, pos, records, pending = 32768, 7, [], b""
+    while pos + 7 <= len(blob):
+        if block - pos % block < 7:  # no room for a chunk header: the block's tail is padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", blob[pos:pos + 7])
+        if kind == 0 and length == 0:
+            break
+        data, pos = blob[pos + 7:pos + 7 + length], pos + 7 + length
+        pending = data if kind in (1, 2) else pending + data
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+    return records
+
+
+@pytest.mark.slow
+def test_callback_wandb_logs_offline_the_epoch_curves_and_the_final_row_of_every_trial(ray_local, tmp_path,
+                                                                                       monkeypatch):
+    pytest.importorskip("wandb", reason="wandb is in the test extra")
+    from oracle_search.callbacks import callback_name, logger_callbacks
+
+    monkeypatch.setenv("WANDB_MODE", "offline")  # no account, no network: the run's files stay under --out
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_PROJECT", "oracle-search-test")
+    out = tmp_path / "run"
+    trials = [Training(key=f"lr{lr}", spec=TINY, cycle=0, max_lr=lr, seed=0, start_checkpoint=None,
+                    tags={"method": "oracle", "stage": "grid"}) for lr in (0.03, 0.3)]
+    with Runner(out=out, spec=TINY, experiment="tiny", progress=Progress(io.StringIO()),
+                callbacks=logger_callbacks([callback_name("wandb")], out, "tiny")) as runner:
+        rows = runner.run(trials)
+
+    logs = {}  # trial id -> records, once each run's log holds its exit record (wandb writes it on finishing)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        logs = {p.stem.removeprefix("run-"): wandb_records(p) for p in out.glob("wandb/offline-run-*/run-*.wandb")
+                if p.stat().st_size > 7}
+        if len(logs) == 2 and all(any(r.WhichOneof("record_type") == "exit" for r in rs) for rs in logs.values()):
+            break
+        time.sleep(0.5)
+    by_trial = {row["trial_id"]: row for row in rows.values()}
+    assert sorted(logs) == sorted(by_trial)  # one offline run per trial, named by Tune's trial id
+    for trial_id, records in logs.items():
+        row = by_trial[trial_id]
+        (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+        assert (run.project, run.run_group) == ("oracle-search-test", "tiny")
+        history = [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
+                   for r in records if r.WhichOneof("record_type") == "history"]  # a key is in one field or the other
+        epochs = [h for h in history if "epoch_val_acc" in h]
+        steps = [h["epoch"] for h in epochs]
+        # Tiny's epochs last milliseconds, so a trial reports only some of them (EPOCH_REPORT_EVERY_S), the first
+        # always, in order; the final report carries the row's val_acc (early stopping: the best epoch's).
+        assert steps[0] == 1 and steps == sorted(set(steps)) and steps[-1] <= TINY.epochs
+        finals = [h["val_acc"] for h in history if "val_acc" in h]
+        assert finals == [pytest.approx(row["val_acc"])]
+        assert max(h["epoch_val_acc"] for h in epochs) <= row["val_acc"]

@@ -3,14 +3,18 @@ superseded SILO final chains), on hand-made tables."""
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from analysis.intervals import oracle_intervals
 from analysis.select import final_rows, silo_max_lr_by_cycle, silo_params
-from oracle_search.schema import (COLUMNS, ResultRow, current_rows, oracle_chain, read_results, results_frame,
+from oracle_search.schema import (COLUMNS, current_rows, oracle_chain, read_results, results_frame,
                                   write_results)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def oracle(seed: int, cycle: int, accs: dict[float, float], *, start: str, pick: float | None, tag: str = "",
@@ -21,14 +25,30 @@ def oracle(seed: int, cycle: int, accs: dict[float, float], *, start: str, pick:
              "checkpoint_hash": f"{tag}s{seed}c{cycle}lr{lr}"} for lr, a in accs.items()]
 
 
-def test_results_frame_has_every_column_with_its_default():
+# The design card's contract (its "Columns at least" list), written out by hand from the card.
+CARD_COLUMNS = ("experiment method schedule seed cycle density max_lr val_acc test_acc best_epoch epochs seconds "
+                "device grad_std act_std diverged selected trial_id checkpoint epsilon delta q beta").split()
+
+
+def documented_extras() -> set[str]:
+    """The columns docs/design.md's "Results table" section names beyond the card's."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    section = text[text.index("## Results table"):].split("\n## ", 1)[0]
+    beyond = section[section.index("Beyond the design card"):]
+    return {name for name in re.findall(r"`([a-z_]+)`", beyond)}
+
+
+def test_every_documented_column_is_in_the_table_and_a_bare_row_gets_each_ones_meaning():
     frame = results_frame([{"method": "oracle", "seed": 1, "cycle": 0, "max_lr": 0.1, "gpu_ids": [0, 2]}])
-    assert list(frame.columns) == COLUMNS
+    extras = documented_extras()
+    assert {"stage", "stopped_early", "reused", "fused", "checkpoint_hash", "start_hash", "key"} <= extras
+    assert set(CARD_COLUMNS) | extras <= set(frame.columns)
     first = frame.iloc[0]
+    # A row that says nothing of them: trained (not reused), one candidate (not fused), not stopped early, on no
+    # chain yet (no hashes), not measured (NaN); GPU ids as the comma list the table stores.
     assert first["gpu_ids"] == "0,2" and first["fused"] == 1 and first["checkpoint_hash"] == ""
     assert not first["stopped_early"] and not first["reused"] and math.isnan(first["val_acc"])
-    assert {"stopped_early", "reused", "fused", "stage", "start_hash", "checkpoint_hash"} <= set(COLUMNS)
-    assert "pruned" not in COLUMNS and len(COLUMNS) == len(set(COLUMNS))
+    assert not first["diverged"] and not first["selected"]
 
 
 @pytest.mark.filterwarnings("error")
@@ -134,8 +154,16 @@ def test_only_the_selected_silo_final_chain_is_current():
     assert silo_params(df, "silo_paper") is None
 
 
-def test_result_row_defaults_follow_the_conventions():
-    row = ResultRow()
-    assert (row.stopped_early, row.reused, row.fused, row.selected, row.diverged) == (False, False, 1, False, False)
-    with pytest.raises(TypeError):
-        ResultRow(pruned=True)
+def test_an_older_tables_rows_read_back_with_the_conventions_for_columns_it_lacked(tmp_path):
+    """Rows as a version before `stage`, `reused`, `fused` and the hashes wrote them: framed and written, they read
+    back as separate (fused = 1), trained (reused = False), unhashed rows, their own values untouched."""
+    old = [{"experiment": "tiny", "method": "oracle", "schedule": "warmup", "seed": s, "cycle": 0, "density": 100.0,
+            "max_lr": 0.1, "val_acc": 90.0 + s, "test_acc": 89.0, "best_epoch": 3, "epochs": 4, "seconds": 1.5,
+            "device": "cpu", "diverged": False, "selected": s == 0, "trial_id": f"t{s}", "checkpoint": f"/c/{s}"}
+           for s in (0, 1)]
+    write_results(tmp_path, old)
+    back = read_results(tmp_path).sort_values("seed").reset_index(drop=True)
+    assert back["fused"].tolist() == [1, 1] and back["reused"].tolist() == [False, False]
+    assert back["checkpoint_hash"].tolist() == ["", ""] and back["start_hash"].tolist() == ["", ""]
+    assert back["val_acc"].tolist() == [90.0, 91.0] and back["selected"].tolist() == [True, False]
+    assert back["trial_id"].tolist() == ["t0", "t1"] and back["checkpoint"].tolist() == ["/c/0", "/c/1"]
