@@ -171,11 +171,11 @@ def inside(value: float, lo: float, hi: float) -> bool:
 def in_set(value: float, values: Iterable[float], members: Iterable[bool]) -> bool:
     """Whether `value` is inside the set whose membership over the trained `values` (ascending) is `members`: it
     equals a member, or lies strictly between two adjacent trained values that are both members."""
-    pairs = list(zip(values, members))
+    key, pairs = lr_key(value), [(lr_key(v), m) for v, m in zip(values, members)]
     for i, (v, member) in enumerate(pairs):
-        if abs(value / v - 1) <= _EPS:
+        if key == v:  # equal after the rounding every trained value went through
             return bool(member)
-        if i + 1 < len(pairs) and v < value < pairs[i + 1][0] and abs(value / pairs[i + 1][0] - 1) > _EPS:
+        if i + 1 < len(pairs) and v < key < pairs[i + 1][0]:
             return bool(member and pairs[i + 1][1])
     return False
 

@@ -253,6 +253,8 @@ def test_inside_a_set_means_a_member_or_between_two_adjacent_members():
     values, members = [0.1, 0.2, 0.4, 0.8, 1.6], [True, True, False, True, True]
     assert in_set(0.1, values, members) and in_set(0.15, values, members)
     assert in_set(0.2 * (1 + 1e-12), values, members)  # float rounding of a computed max_lr
+    assert not in_set(0.4 * (1 + 1e-7), values, members)  # equal to 0.4 at 6 significant digits, as trained
+    assert in_set(0.8 * (1 + 1e-5), values, members)  # 0.800008: strictly between 0.8 and 1.6
     assert not in_set(0.4, values, members)  # an excluded trained value inside [lo, hi] is not inside
     assert not in_set(0.3, values, members) and not in_set(0.6, values, members)  # next to a non-member
     assert in_set(1.0, values, members) and in_set(1.6, values, members)
