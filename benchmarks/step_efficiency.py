@@ -10,8 +10,13 @@ its training steps?
    `--repeats` times; each repeat gives one ratio (printed: median and range). Precisions: what `auto` resolves
    to on this CPU, and fp32.
 2. The overhead. One default training (`run_cycle`, cycle 0 and cycle 1 with their checkpoints), timed by phase
-   (`run_cycle(timings=...)`): data, preparing the network (pruning included), training steps, evaluation,
-   statistics, checkpoint. Overhead = everything but the training steps, as a fraction of the training.
+   (`run_cycle(timings=...)`, wall clock): data, preparing the network (pruning included), training steps,
+   evaluation (the validation pass of every epoch, the test pass at the end), statistics, checkpoint. Printed as
+   fractions of the training: outside the epochs (everything but steps and evaluation), and evaluation.
+   Tune's per-epoch report is not in it (it runs in a Ray trial; at most one every 0.5 s, docs/design.md).
+
+Times are this thread's CPU time (`time.thread_time`) for the step loops, so other processes on a busy machine
+do not count; the phases are wall-clock.
 
 The last line is `step / matmul = R` for the default precision (`auto` on this CPU).
 """
@@ -162,8 +167,10 @@ def main() -> None:
         for cycle, t in enumerate(overhead(spec)):
             total = t["total"]
             parts = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in t.items() if k != "total")
-            print(f"training, cycle {cycle} ({auto}): {total:.2f} s; {parts}; outside the training steps "
-                  f"{(total - t['train']) / total:.1%}")
+            outside = total - t["train"] - t.get("evaluate", 0.0)
+            print(f"training, cycle {cycle} ({auto}): {total:.2f} s; {parts}; outside the epochs (data, prepare "
+                  f"incl. pruning, statistics, checkpoint, report) {outside / total:.1%}, evaluation "
+                  f"{t.get('evaluate', 0.0) / total:.1%}")
     print(f"step / matmul = {ratios[auto]:.2f}")
 
 
