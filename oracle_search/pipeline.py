@@ -194,7 +194,11 @@ def _write_estimate(runner, command: str, options, seconds_per_epoch: float | No
     """OUT/estimate.json: the cost expected before the run (oracle_search.estimate), for the report."""
     from oracle_search import estimate
 
-    found = estimate.estimate(command, runner.spec, options, runner.address, seconds_per_epoch)
+    try:
+        found = estimate.estimate(command, runner.spec, options, runner.address, seconds_per_epoch)
+    except Exception as err:  # an estimate is a courtesy: the run goes on without one
+        runner.progress.say(f"estimate: not available ({type(err).__name__}: {err})")
+        return
     estimate.write(runner.out, found)
     runner.progress.say(f"estimate: {found.lines()[-1].removeprefix('estimate: ')}")
 

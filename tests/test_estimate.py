@@ -147,3 +147,22 @@ def test_report_note_puts_the_estimate_next_to_the_time_taken(tmp_path):
     estimate.finish(tmp_path)
     note = estimate.report_note(tmp_path)
     assert "562 s" in note and "measured: 1,000 s" in note  # 75 x 30 x 0.5 / 2 = 562.5
+
+
+@pytest.mark.slow
+def test_a_real_run_records_its_estimate_and_the_report_prints_it_next_to_the_time(tmp_path):
+    from oracle_search import pipeline
+
+    spec = dataclasses.replace(PRESETS["tiny"].spec, cycles=1, precision="fp32", resources=Resources(max_concurrent=2))
+    out = tmp_path / "run"
+    pipeline.oracle(spec, out, OracleOptions(seeds=1, refine=0), seconds_per_epoch=0.01)
+    record = json.loads((out / estimate.RECORD).read_text())
+    # tiny: 3 grid values (0.03, 0.1, 0.3) at cycle 0. Cycle 1: the grid values within x4 of the choice p (all
+    # three for p in [0.075, 0.12]) plus p when it is off the grid (4), plus the dense best (5). One seed, no
+    # refinement: 3 + 5 = 8 trainings of 4 epochs, at most and typically.
+    assert record["phases"][0]["most"] == 8 and record["phases"][0]["epochs"] == 4
+    assert record["seconds"] == pytest.approx(8 * 4 * 0.01 / 2)
+    assert record["finished"] >= record["started"]
+    pipeline.report(out)
+    report = (out / "report.md").read_text()
+    assert "Estimated before the run (oracle, fp32, 2 slot(s)" in report and "measured:" in report
