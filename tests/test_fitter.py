@@ -208,11 +208,12 @@ def test_compare_whose_fit_all_diverged_exits_1_after_writing_the_report(tmp_pat
 def test_a_killed_drivers_running_trial_in_the_journal_is_resumed_with_its_parameters(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    spec = dataclasses.replace(PRESETS["tiny"].spec, cycles=1, epochs=2)
+    # The precision is explicit: the study's name holds the resolved precision, as the command's run resolves it.
+    spec = dataclasses.replace(PRESETS["tiny"].spec, cycles=1, epochs=2, precision="fp32")
     study = open_study(out, spec, None, [0], 1)
     orphan = study.ask()  # a driver asked, then was killed: RUNNING in the journal, nobody trains it
     fitter.suggest(orphan, SearchSpace.default(spec))
-    assert main(["fit-silo", *TINY_FAST, "--trials", "2", "--out", str(out)]) == 0
+    assert main(["fit-silo", *TINY_FAST, "--precision", "fp32", "--trials", "2", "--out", str(out)]) == 0
     trials = load(out).trials
     assert trials[orphan.number].state == optuna.trial.TrialState.FAIL
     (resumed,) = [t for t in trials if t.user_attrs.get("resumes") == orphan.number]
