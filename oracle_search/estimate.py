@@ -203,7 +203,7 @@ def slots(spec: ExperimentSpec, address: str | None) -> int:
 
 def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> dict:
     """Seconds of one epoch of `spec` on this process's device and threads: `steps` timed training steps (after
-    10 untimed ones) scaled to the epoch's steps, plus one validation pass."""
+    10 untimed ones) scaled to the epoch's steps, plus one validation pass (CPU time on one CPU thread)."""
     import torch
 
     from trainables.cycle import accuracy, make_optimizer, resolve_device, train_step
@@ -219,9 +219,13 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> dict:
     masked = MaskedWeights(model, full_masks(model))
     generator = torch.Generator().manual_seed(spec.seed)
 
+    # On one CPU thread, that thread's CPU time: other processes on a busy machine would otherwise make it the
+    # estimate of the moment (seen here: 5x at load 12 on 2 cores). Else (a GPU, several threads) the wall clock.
+    clock = time.thread_time if device.type == "cpu" and torch.get_num_threads() == 1 else time.perf_counter
+
     def run(n: int) -> float:
         model.train()
-        start, done = time.perf_counter(), 0
+        start, done = clock(), 0
         while done < n:
             for x, y in data.batches("train", spec.batch_size, generator):
                 loss = train_step(model, optimizer, masked, x, y, spec, device)
@@ -229,13 +233,13 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> dict:
                 if done == n:
                     break
         float(loss)  # waits for the device
-        return time.perf_counter() - start
+        return clock() - start
 
     run(10)  # the first steps build the allocator's pools and oneDNN's kernels
     step = run(steps) / steps
-    start = time.perf_counter()
+    start = clock()
     accuracy(model, data, "val", spec, device)
-    evaluation = time.perf_counter() - start
+    evaluation = clock() - start
     per_epoch = math.ceil(data.size("train") / spec.batch_size)
     return {"seconds_per_epoch": per_epoch * step + evaluation, "step": step, "evaluation": evaluation,
             "steps_per_epoch": per_epoch, "device": str(device)}
