@@ -47,8 +47,8 @@ def _figure(plot, *args, axis_labels: tuple[str, str] | None = None, **kwargs) -
 
 def study_figures(out_dir: Path) -> list[tuple[str, str, bytes]]:
     """(name, caption, PNG) of the fitter's studies in `out_dir`: one optimisation history of all studies, then
-    for each study its parameter importances (when two or more trials completed) and intermediate values.
-    Names carry the study's name when the journal holds several studies. Empty when there is no study."""
+    for each study its parameter importances (when completed trials differ in their objective) and intermediate
+    values. Names carry the study's name when the journal holds several studies. Empty when there is no study."""
     studies = open_journal(out_dir)
     if not studies:
         return []
@@ -61,7 +61,7 @@ def study_figures(out_dir: Path) -> list[tuple[str, str, bytes]]:
     for study in studies:
         suffix = "_" + re.sub(r"[^A-Za-z0-9_.-]", "_", study.study_name) if several else ""  # a file name
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if len(complete) >= 2:
+        if len({t.value for t in complete}) >= 2:  # fANOVA raises on a constant objective (zero variance)
             figures.append((f"optuna_importances{suffix}", f"Importance (fANOVA) of SILO's parameters for the "
                             f"objective, from the {len(complete)} completed trials of study {study.study_name}.",
                             _figure(optuna_plots.plot_param_importances, study,
