@@ -1,30 +1,87 @@
 #!/usr/bin/env bash
-# The GPU checks behind the README's GPU figures, as run on a lent GPU machine that has PyTorch but no Ray:
-#   1. benchmarks/gpu_tune_trial.py: a real Ray Tune trial (and a fused one) training one cycle on the GPU;
-#   2. benchmarks/fused_throughput.py: fused max_lr candidates against separate runs (ResNet-20, VGG-19);
-#   3. optional (REGIMES=1): the Oracle on mnist1d-mlp with 3 seeds in both weight regimes, on the machine's CPUs.
-# Ray and the few pure-Python packages it lacks travel with the checkout: RAY_TAR (an xz tarball of Ray's unpacked
-# wheel) and WHEELS (a folder of wheels). Results go to OUT (default ./gpu-out).
+# The GPU checks behind the README's GPU figures, in one run of under 5 minutes on a lent GPU machine that has
+# PyTorch but no Ray. Stages, in order, each writing its result under OUT as soon as it finishes:
+#   1. benchmarks/gpu_tune_trial.py: a plain and a fused Ray Tune trial training one cycle on the GPU;
+#   2. benchmarks/fused_throughput.py: fused max_lr candidates against separate runs (ResNet-20, VGG-19,
+#      K = 1, 4, 8, 16, 32; same precision and memory format for both);
+#   3. a full `compare` on the resnet20-cifar10 preset on synthetic CIFAR-shaped data (torchvision's folder
+#      format, written here), through Ray with 4 trials sharing the GPU (--gpus-per-trial 0.25);
+#   4. GPU utilisation sampled from nvidia-smi every second during stage 3, and its mean and peak.
+# --cpu rehearses every stage on a machine without a GPU (tests/test_fused.py runs it): a fake Ray GPU in stage 1,
+# a few steps in stage 2, CPU trials in stage 3 (--cpus-per-trial 0.5), the load average sampled in stage 4.
+# Nothing downloads: Ray and the few pure-Python packages a bare machine lacks travel with the checkout, as
+# RAY_TAR (an xz tarball of Ray's unpacked wheel) and WHEELS (a folder of wheels). Results go to OUT (default
+# ./gpu-out). Exit status: the number of failed stages.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-gpu-out}; mkdir -p "$out"
-site=${SITE:-/tmp/oracle-site}; mkdir -p "$site"
+cpu=0
+[ "${1:-}" = "--cpu" ] && cpu=1
+out=${OUT:-gpu-out}; mkdir -p "$out"; out=$(cd "$out" && pwd)
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+site=${SITE:-$work/site}; mkdir -p "$site"
 if [ -n "${RAY_TAR:-}" ]; then tar -xJf "$RAY_TAR" -C "$site"; fi
 if [ -n "${WHEELS:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$WHEELS"/*.whl
 fi
-export PYTHONPATH="$site:$PWD" PYTHONUNBUFFERED=1
-nvidia-smi -L | tee "$out/device.txt"
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/device.txt"
-# The Tune trial first: it has never completed on a GPU, while the throughput figures exist already.
-timeout 150 python3 benchmarks/gpu_tune_trial.py 2>&1 | tail -40 | tee "$out/gpu_tune_trial.txt"
-timeout 300 python3 benchmarks/fused_throughput.py 2>&1 | tee "$out/fused_throughput.txt"
-if [ "${REGIMES:-0}" = 1 ]; then
-  for w in rewind continue; do
-    start=$(date +%s)
-    timeout 200 python3 -m oracle_search.cli oracle --out "/tmp/regime-$w" --weights "$w" --seeds 3 --max-concurrent 15 \
-      > "$out/regime-$w.log" 2>&1
-    echo "exit $? after $(( $(date +%s) - start )) s" >> "$out/regime-$w.log"
-    tar -czf "$out/regime-$w.tgz" -C /tmp "regime-$w/results.parquet" "regime-$w/spec.json" 2>/dev/null
-  done
+py=${PYTHON:-python3}
+export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+failed=0
+stage() {  # stage NAME SECONDS CMD...: run CMD under a time limit, its output into OUT/NAME.txt with its exit code
+  local name=$1 limit=$2; shift 2
+  local start; start=$(date +%s)
+  timeout "$limit" "$@" > "$out/$name.txt" 2>&1
+  local code=$?
+  echo "exit $code after $(( $(date +%s) - start )) s" >> "$out/$name.txt"
+  echo "$name: exit $code after $(( $(date +%s) - start )) s"
+  [ "$code" = 0 ] || failed=$((failed + 1))
+}
+
+{
+  if [ "$cpu" = 1 ]; then echo "cpu mode: $(grep -m1 'model name' /proc/cpuinfo)"; else nvidia-smi -L; fi
+  "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+} > "$out/0_device.txt" 2>&1
+cat "$out/0_device.txt"
+
+if [ "$cpu" = 1 ]; then
+  stage 1_tune_trial 240 "$py" benchmarks/gpu_tune_trial.py --cpu --k 2 --per-file 30
+  stage 2_fused_throughput 240 "$py" benchmarks/fused_throughput.py --device cpu --models resnet20,vgg19_bn \
+    --ks 1,4 --steps 1 --warmup 1 --repeats 3 --batch-size 4
+  # Only the mechanics are rehearsed: a loaded 2-core machine may need minutes to start Ray and train.
+  per_file=10; resources=(--device cpu --cpus-per-trial 0.5 --max-concurrent 4); sample_every=1; limit=600
+else
+  # Limits that keep the whole run under 5 minutes.
+  stage 1_tune_trial 75 "$py" benchmarks/gpu_tune_trial.py
+  stage 2_fused_throughput 90 "$py" benchmarks/fused_throughput.py --ks 1,4,8,16,32 --steps 20 --warmup 5 \
+    --repeats 3
+  per_file=400; resources=(--device cuda --gpus-per-trial 0.25 --cpus-per-trial 1 --max-concurrent 4)
+  sample_every=1; limit=120
 fi
+
+# Stage 3 and, beside it, stage 4's sampler.
+"$py" -c "import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path
+from gpu_tune_trial import write_fake_cifar10; write_fake_cifar10(Path(sys.argv[1]), int(sys.argv[2]))" \
+  "$work/cifar" "$per_file"
+if [ "$cpu" = 1 ]; then
+  (echo "time,load_1min"; while :; do echo "$(date +%s),$(cut -d' ' -f1 /proc/loadavg)"; sleep "$sample_every"; done) \
+    > "$out/4_utilisation.csv" &
+else
+  (echo "time,utilization_gpu_percent,memory_used_mib"
+   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits \
+     -l "$sample_every") > "$out/4_utilisation.csv" &
+fi
+sampler=$!
+stage 3_compare "$limit" "$py" -m oracle_search.cli compare --preset resnet20-cifar10 --dataset cifar10 \
+  --data-dir "$work/cifar" --epochs 1 --cycles 1 --batch-size 64 --grid 0.05,0.1,0.2,0.4 --seeds 1 \
+  --eval-seeds 2 --trials 2 --refine 0 "${resources[@]}" --out "$work/compare"
+kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+cp "$work/compare/report.md" "$out/3_compare_report.md" 2>/dev/null
+tar -czf "$out/3_compare.tgz" -C "$work" compare/results.parquet compare/spec.json 2>/dev/null
+# Mean and peak of the sampled column (GPU utilisation %, or the load average in --cpu mode).
+awk -F, 'NR > 1 && $2 != "" { n++; s += $2; if ($2 > m) m = $2 }
+         END { if (n) printf "samples %d, mean %.1f, peak %.1f\n", n, s / n, m; else print "no samples"; exit !n }' \
+  "$out/4_utilisation.csv" > "$out/4_utilisation.txt"
+code=$?
+echo "4_utilisation: $(cat "$out/4_utilisation.txt")"
+[ "$code" = 0 ] || failed=$((failed + 1))
+echo "failed stages: $failed" | tee "$out/summary.txt"
+exit "$failed"

@@ -411,10 +411,21 @@ def test_fused_trials_through_tune_match_in_process(ray_local, tmp_path):
 
 
 @pytest.mark.slow
-def test_gpu_tune_trial_script_runs_degraded_on_cpu():
-    """benchmarks/gpu_tune_trial.py --cpu: the same Tune trials (a fake GPU resource, CUDA absent) end to end."""
-    env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "benchmarks/gpu_tune_trial.py", "--cpu", "--k", "2", "--per-file", "30"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    assert "cycle trial ok" in done.stdout and "fused trial ok" in done.stdout
+def test_gpu_check_script_rehearses_every_stage_on_cpu(tmp_path):
+    """scripts/gpu_check.sh --cpu: the Tune trials (a fake Ray GPU, rows on the CPU), the fair benchmark, a full
+    compare through Ray with 4 trials at once, and the utilisation sampler, each stage's result under OUT."""
+    out = tmp_path / "out"
+    env = os.environ | {"OUT": str(out), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(["bash", "scripts/gpu_check.sh", "--cpu"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (out / "summary.txt").read_text() == "failed stages: 0\n"
+    trials = (out / "1_tune_trial.txt").read_text()
+    assert "cycle trial ok" in trials and "fused trial ok" in trials
+    rows = [line.split() for line in (out / "2_fused_throughput.txt").read_text().splitlines()
+            if line.split()[:1] in (["resnet20"], ["vgg19_bn"])]
+    assert [row[:3] for row in rows] == [[m, k, "native"] for m in ("resnet20", "vgg19_bn") for k in ("1", "4")]
+    assert "exit 0" in (out / "3_compare.txt").read_text() and (out / "3_compare_report.md").stat().st_size > 0
+    samples = (out / "4_utilisation.csv").read_text().splitlines()
+    assert samples[0] == "time,load_1min" and len(samples) > 3
+    assert (out / "4_utilisation.txt").read_text().startswith(f"samples {len(samples) - 1},")

@@ -366,6 +366,6 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
             cycle=cycle, seed=seed, max_lr=peaks[c], density=density(masks), val_acc=best_val[c],
             test_acc=best_test[c], best_epoch=best_epoch[c], epochs=epochs_run[c], seconds=seconds,
             device=str(device), precision=spec.precision, diverged=diverged[c], grad_std=grad_std, act_std=act_std,
-            grad_hist=grad_hist,            act_hist=act_hist, checkpoint=path, checkpoint_hash=digest, start_hash=start_hash))
+            grad_hist=grad_hist, act_hist=act_hist, checkpoint=path, checkpoint_hash=digest, start_hash=start_hash))
     return results
 
