@@ -3,8 +3,8 @@
 Ray costs seconds to start, so a test run starts it twice at most: one local Ray (`ray_local`, 2 CPUs) and one
 fake two-node cluster (`two_nodes`), each living until the run ends. Both are `ray.cluster_utils.Cluster`s, so
 their processes belong to the fixture, not to this process's connection: a test that needs the other one (or a
-fresh connection, to ship a runtime environment) only disconnects (`join`), and no test shuts either down. Only
-the node-loss test builds a cluster of its own (`make_cluster`), since it kills a node.
+fresh connection, so that a Runner's runtime environment applies) only disconnects (`join`), and no test shuts
+either down. Only the node-loss test builds a cluster of its own (`make_cluster`), since it kills a node.
 """
 from __future__ import annotations
 
@@ -19,17 +19,17 @@ ROOT = Path(__file__).resolve().parent.parent
 _LOCAL: dict[str, str] = {}  # the local Ray's address, once a test has started it
 
 
-def join(address: str, runtime_env: dict | None = None, fresh: bool = False) -> None:
-    """Connect this process to the Ray at `address`, dropping a connection to another one (or to the same one when
-    `fresh`, so that `runtime_env` applies). `ray.shutdown()` here only disconnects: the cluster's processes belong
-    to its `Cluster` object."""
+def join(address: str) -> None:
+    """Connect this process to the Ray at `address`, dropping a connection to another one. `ray.shutdown()` here only
+    disconnects: the cluster's processes belong to its `Cluster` object. (Ray 2.60 applies only the first py_modules
+    environment a process joins a cluster with: tests that ship user code share one copy of it, test_example.py.)"""
     import ray
 
     if ray.is_initialized():
-        if ray.get_runtime_context().gcs_address == address and not fresh:
+        if ray.get_runtime_context().gcs_address == address:
             return
         ray.shutdown()
-    ray.init(address=address, runtime_env=runtime_env, logging_level="WARNING", log_to_driver=False)
+    ray.init(address=address, logging_level="WARNING", log_to_driver=False)
 
 
 @pytest.fixture(scope="session")

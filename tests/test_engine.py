@@ -338,16 +338,15 @@ def test_a_result_is_a_row_only_with_val_acc_or_fused_rows_and_a_checkpoint():
 # --- where Ray runs and how wide ---------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_without_address_connect_joins_the_cluster_named_by_ray_address(make_cluster, monkeypatch):
+def test_without_address_connect_joins_the_cluster_named_by_ray_address(two_nodes, monkeypatch):
     import ray
 
     from oracle_search.engine import connect
 
-    cluster = make_cluster(1)
-    ray.shutdown()
-    monkeypatch.setenv("RAY_ADDRESS", cluster.address)  # what Ray sets inside every job
+    assert not ray.is_initialized()  # the fixture left this process unconnected
+    monkeypatch.setenv("RAY_ADDRESS", two_nodes.address)  # what Ray sets inside every job
     connect(None)
-    assert ray.get_runtime_context().gcs_address == cluster.address  # joined, not a second local Ray
+    assert ray.get_runtime_context().gcs_address == two_nodes.address  # joined, not a second local Ray
 
 
 def bootstrap_config(path: Path, worker_cpus: int, max_workers: int) -> Path:

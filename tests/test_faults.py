@@ -19,6 +19,7 @@ import ray
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
+from conftest import cli, ray_env
 from oracle_search.engine import Ledger, Progress, RunFailed, Runner, Training
 from trainables.presets import PRESETS
 from trainables.spec import Resources
@@ -106,10 +107,12 @@ def kill_session(sid: int) -> None:
             pass
 
 
-def run_until(args: list[str], pattern: str, tmp_path: Path) -> list[str]:
-    """Run the CLI and SIGKILL it the moment a stdout line matches `pattern`; returns the lines it printed."""
+def run_until(args: list[str], pattern: str, tmp_path: Path, ray_address: str) -> list[str]:
+    """Run the CLI (a driver joining the tests' local Ray) and SIGKILL it the moment a stdout line matches
+    `pattern`; returns the lines it printed."""
     with open(tmp_path / "killed.stderr", "w") as err:
-        proc = subprocess.Popen([CLI, *args], stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+        proc = subprocess.Popen([CLI, *args], stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True,
+                                env=ray_env(ray_address))
     lines = []
     try:
         for line in proc.stdout:
@@ -124,8 +127,11 @@ def run_until(args: list[str], pattern: str, tmp_path: Path) -> list[str]:
     return lines
 
 
-def run(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300)
+def run(args: list[str], capsys) -> tuple[int, str]:
+    """The CLI in this process (on the tests' local Ray): its exit status and what it wrote to stderr."""
+    capsys.readouterr()
+    code = cli(args)
+    return code, capsys.readouterr().err
 
 
 def ledger_ids(out: Path) -> dict[str, str]:
@@ -133,15 +139,15 @@ def ledger_ids(out: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_a_driver_killed_mid_cycle_resumes_without_retraining(tmp_path):
+def test_a_driver_killed_mid_cycle_resumes_without_retraining(ray_local, tmp_path, capsys):
     out = tmp_path / "out"
     args = oracle(out)
-    run_until(args, r"cycle 1 seed 0 max_lr .*: val", tmp_path)  # the first finished trial of cycle 1
+    run_until(args, r"cycle 1 seed 0 max_lr .*: val", tmp_path, ray_local)  # the first finished trial of cycle 1
     before = ledger_ids(out)
     assert len([k for k in before if k.startswith("oracle-c01-")]) < 4  # killed mid-cycle
 
-    done = run(args)
-    assert done.returncode == 0, done.stderr
+    code, err = run(args, capsys)
+    assert code == 0, err
     after = ledger_ids(out)
     assert len(after) == 8  # 4 max_lr x 2 cycles
     assert {k: after[k] for k in before} == before  # finished trials were not retrained
@@ -155,28 +161,28 @@ def flip_middle_byte(path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_corrupt_chained_checkpoint_is_a_clear_error(tmp_path):
+def test_a_corrupt_chained_checkpoint_is_a_clear_error(ray_local, tmp_path, capsys):
     out = tmp_path / "out"
     args = oracle(out, grid="0.03,0.3")  # two max_lr: fewer futile retries of the doomed trials
-    run_until(args, r"^oracle cycle 1:", tmp_path)  # cycle 0 chose its checkpoint; cycle 1 had not started
+    run_until(args, r"^oracle cycle 1:", tmp_path, ray_local)  # cycle 0 chose its checkpoint; cycle 1 had not started
     (chosen,) = [r for r in Ledger(out).rows() if r["cycle"] == 0 and r.get("selected")]
     state = Path(chosen["checkpoint"]) / "state.pt"
     flip_middle_byte(state)  # a loadable-looking file with wrong weights
 
-    failed = run(args)
-    assert failed.returncode == 1
-    (summary,) = [line for line in failed.stderr.splitlines() if line.startswith("oracle-search: failed:")]
+    code, err = run(args, capsys)
+    assert code == 1
+    (summary,) = [line for line in err.splitlines() if line.startswith("oracle-search: failed:")]
     assert f"CheckpointError: checkpoint {state}: content hash mismatch" in summary
     assert not [r for r in Ledger(out).rows() if r["cycle"] == 1]  # nothing was trained from the bad chain
 
     flip_middle_byte(state)  # repaired: the same command now completes
-    done = run(args)
-    assert done.returncode == 0, done.stderr
+    code, err = run(args, capsys)
+    assert code == 0, err
     assert {r["start_hash"] for r in Ledger(out).rows() if r["cycle"] == 1} == {chosen["checkpoint_hash"]}
 
 
 @pytest.mark.slow
-def test_a_corrupt_checkpoint_behind_a_uri_is_named_by_its_uri(tmp_path):
+def test_a_corrupt_checkpoint_behind_a_uri_is_named_by_its_uri(ray_local, tmp_path):
     """With cloud storage trials get the start checkpoint as a URI (file:// stands in for s3:// here) and load a
     temporary local copy of it; the error names the URI."""
     spec = dataclasses.replace(TINY, resources=Resources(storage_path=f"file://{tmp_path / 'shared'}"))
@@ -193,10 +199,11 @@ def test_a_corrupt_checkpoint_behind_a_uri_is_named_by_its_uri(tmp_path):
 
 # --- the driver interrupted (Ctrl-C, SIGTERM) ----------------------------------------------------------------------
 
-def interrupt(args: list[str], pattern: str, sig: signal.Signals) -> tuple[int, str, float]:
-    """Run the CLI, send `sig` when a stdout line matches `pattern`; its exit code, stderr, and seconds to exit."""
+def interrupt(args: list[str], pattern: str, sig: signal.Signals, ray_address: str) -> tuple[int, str, float]:
+    """Run the CLI (a driver joining the tests' local Ray), send `sig` when a stdout line matches `pattern`; its
+    exit code, stderr, and seconds to exit."""
     proc = subprocess.Popen([CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env=ray_env(ray_address))
     try:
         for line in proc.stdout:
             if re.search(pattern, line):
@@ -214,27 +221,29 @@ def interrupted_line(sig: signal.Signals) -> str:
 
 
 @pytest.mark.slow
-def test_ctrl_c_mid_cycle_stops_the_trials_exits_130_and_a_rerun_completes_the_table(tmp_path):
+def test_ctrl_c_mid_cycle_stops_the_trials_exits_130_and_a_rerun_completes_the_table(ray_local, tmp_path, capsys):
     out = tmp_path / "out"
     args = oracle(out)
     # The first finished trial of cycle 1: two more of the cycle run or wait (2 CPUs, 4 max_lr).
-    code, err, took = interrupt(args, r"cycle 1 seed 0 max_lr .*: val", signal.SIGINT)
+    code, err, took = interrupt(args, r"cycle 1 seed 0 max_lr .*: val", signal.SIGINT, ray_local)
     assert code == 130, err
     assert took < 30 and err.strip().splitlines()[-1] == interrupted_line(signal.SIGINT)
     before = ledger_ids(out)
     assert 1 <= len([k for k in before if k.startswith("oracle-c01-")]) < 4  # not every trial was handed out
 
-    done = run(args)
-    assert done.returncode == 0, done.stderr
+    code, err = run(args, capsys)
+    assert code == 0, err
     after = ledger_ids(out)
     assert len(after) == 8 and {k: after[k] for k in before} == before  # finished trials were not retrained
     assert (out / "results.csv").read_text().count("\n") == 9
 
 
 @pytest.mark.slow
-def test_sigterm_ends_a_run_like_ctrl_c_with_exit_143(tmp_path):
-    """Ray's own SIGTERM handler (set by ray.init) would exit 15 without stopping anything."""
-    code, err, took = interrupt(oracle(tmp_path / "out"), r"cycle 0 seed 0 max_lr .*: val", signal.SIGTERM)
+def test_sigterm_ends_a_run_like_ctrl_c_with_exit_143(ray_local, tmp_path):
+    """Ray's own SIGTERM handler (set by ray.init, which the driver runs to join the cluster too) would exit 15
+    without stopping anything."""
+    code, err, took = interrupt(oracle(tmp_path / "out"), r"cycle 0 seed 0 max_lr .*: val", signal.SIGTERM,
+                                ray_local)
     assert code == 143, err
     assert took < 30 and err.strip().splitlines()[-1] == interrupted_line(signal.SIGTERM)
     assert 1 <= len(ledger_ids(tmp_path / "out")) < 8
