@@ -11,6 +11,9 @@ class BadResults(ValueError):
     """A results table the report cannot read: the message names the file and, if any, the missing columns."""
 
 
+ESTIMATE_FILE = "estimate.json"  # written by oracle_search.estimate before a run, finished after it
+
+
 def required_columns() -> list[str]:
     from oracle_search.schema import REQUIRED  # the table's schema; a pure module, no driver
 

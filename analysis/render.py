@@ -23,6 +23,11 @@ _LATEX = {
 }
 
 
+def duration(seconds: float) -> str:
+    """A wall time for a person: seconds, and minutes past one."""
+    return f"{seconds:,.0f} s ({seconds / 60:.1f} min)" if seconds >= 60 else f"{seconds:.1f} s"
+
+
 def _bold(cells: pd.DataFrame, bold: pd.DataFrame | None) -> list[list[bool]]:
     if bold is None:
         return [[False] * cells.shape[1] for _ in range(cells.shape[0])]

@@ -10,8 +10,9 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import figures, render
+from analysis.render import duration
 from analysis.study_figures import study_figures
-from analysis.files import read_results, read_spec
+from analysis.files import ESTIMATE_FILE, read_results, read_spec
 from analysis.intervals import oracle_intervals, seed_intervals
 from analysis.select import densities, label, pruning_rate, silo_methods, silo_params
 from analysis.regret import regret_table as regret_frame
@@ -19,7 +20,6 @@ from analysis.tables import (SCHEDULE_LABELS, Table, accuracy_table, best_per_de
                              end_to_end_line, end_to_end_table, oracle_table, regret_table,
                              seed_table, statistics_source, statistics_table, values_table, verdict_lines,
                              verdict_table)
-from oracle_search.estimate import report_note as estimate_note
 from oracle_search.schema import REQUIRED, atomic_write_bytes, results_frame
 from oracle_search.selection import TOLERANCE
 
@@ -264,3 +264,18 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE) -> dict[str, Pa
     written["report.md"] = atomic_write_bytes(out_dir / "report.md", _markdown(title, spec, sections))
     written["report.html"] = atomic_write_bytes(out_dir / "report.html", _html(title, spec, sections))
     return written
+
+
+def estimate_note(out: Path) -> str | None:
+    """The report's line: the estimate made before the run next to the time it took."""
+    path = Path(out) / ESTIMATE_FILE
+    if not path.exists():
+        return None
+    r = json.loads(path.read_text())
+    line = (f"Estimated before the run ({r['command']}, {r['precision']}, {r['slots']} slot(s), "
+            f"{r['seconds_per_epoch']:.4g} s per epoch, {r['source'].split(':')[0]}): "
+            f"{duration(r['seconds'])} of training, at most {duration(r['seconds_at_most'])}")
+    if r.get("finished") and r.get("started"):
+        took = r["finished"] - r["started"]
+        line += f"; measured: {duration(took)} ({took / r['seconds']:.2f}x the estimate)"
+    return line + "."

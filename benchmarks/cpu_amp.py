@@ -29,7 +29,7 @@ from analysis.intervals import oracle_intervals
 from analysis.select import oracle_trials
 from oracle_search.selection import inside
 from trainables.cycle import train_step
-from trainables.models import build_model
+from trainables.plugins import build_model
 from trainables.presets import PRESETS
 from trainables.pruning import MaskedWeights, full_masks
 

@@ -23,8 +23,7 @@ import torch
 
 from trainables.checkpoints import load_checkpoint
 from trainables.cycle import run_cycle
-from trainables.data import load_data
-from trainables.models import build_model
+from trainables.plugins import build_model, load_data
 from trainables.precision import autocast, resolve_precision
 from trainables.presets import PRESETS
 

@@ -16,7 +16,7 @@ from analysis.tables import accuracy_stats, cost_table
 from analysis.select import final_rows
 from oracle_search.pipeline import CompareOptions, compare
 from trainables.presets import PRESETS
-from trainables.spec import check_names
+from trainables.plugins import check_names
 
 
 def main() -> None:

@@ -34,8 +34,7 @@ import torch
 from torch import nn
 
 from trainables.cycle import make_optimizer, run_cycle, train_step
-from trainables.data import load_data
-from trainables.models import build_model
+from trainables.plugins import build_model, load_data
 from trainables.precision import DTYPES, cpu_flags, resolve_precision
 from trainables.presets import PRESETS
 from trainables.pruning import MaskedWeights, full_masks, prune

@@ -17,7 +17,7 @@ from oracle_search.config import add_options as add_config_options
 from trainables.errors import CheckpointError, DataError
 from trainables.presets import DEFAULT_PRESET, PRESETS
 from trainables.schedules import SCHEDULE_NAMES, SiloParams, silo_max_lr
-from trainables.spec import PRECISIONS, ExperimentSpec, Resources, SpecError, check_names, validate_silo
+from trainables.spec import PRECISIONS, ExperimentSpec, Resources, SpecError, validate_silo
 
 EXIT_INVALID, EXIT_FAILED = 2, 1
 
@@ -112,6 +112,8 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
         changes["resources"] = dataclasses.replace(spec.resources, **res)
     if getattr(args, "grid", None):  # validated here, so a bad grid never reaches a run
         changes["grid"] = parse_grid(args.grid)
+    from trainables.plugins import check_names  # imports torch: only commands that build a spec pay for it
+
     return check_names(dataclasses.replace(spec, **changes))
 
 
@@ -319,9 +321,10 @@ def _seconds_per_epoch(args: argparse.Namespace) -> float | None:
 
 def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, options, per_epoch: float | None) -> int:
     """The plan, the precision and the wall-time estimate; nothing trains and nothing is written to --out."""
-    from oracle_search.estimate import estimate, precision
+    from oracle_search.estimate import estimate
+    from oracle_search.pipeline import resolve_precision
 
-    spec = precision(spec, Path(args.out), args.address)
+    spec = resolve_precision(spec, Path(args.out), args.address)
     found = estimate(command, spec, options, args.address, per_epoch)
     print(f"{command} --dry-run: {spec.preset}, {spec.cycles + 1} cycles of {spec.epochs} epochs")
     print("\n".join(found.lines()))

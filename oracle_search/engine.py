@@ -23,7 +23,7 @@ from ray.tune.search import Searcher
 
 from oracle_search.progress import Progress
 from oracle_search.schema import atomic_write_json, write_results
-from trainables.plugins import record_sources, runtime_env
+from trainables.sources import record_sources, runtime_env
 from trainables.spec import NUMERICS, ExperimentSpec, SpecError
 from trainables.tune_adapter import any_cycle_trainable
 
@@ -112,7 +112,7 @@ def cluster_address(address: str | None) -> str | None:
 
 def connect(address: str | None, runtime_env: dict | None = None) -> None:
     """Join the cluster at `address` (or RAY_ADDRESS), or start a local Ray sized to this machine with its
-    dashboard off; `runtime_env` ships the user's own modules (trainables.plugins.runtime_env) to every worker."""
+    dashboard off; `runtime_env` ships the user's own modules (trainables.sources.runtime_env) to every worker."""
     # Read by Tune in this process at fit time, so set them even when the caller already started Ray.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no status tables
     # Tune lets a searcher keep only one trial pending by default, which serialises trial starts.
@@ -134,6 +134,14 @@ def connect(address: str | None, runtime_env: dict | None = None) -> None:
     finally:
         if callable(sigterm):  # ray.init swaps in its own SIGTERM handler (sys.exit); keep the caller's
             signal.signal(signal.SIGTERM, sigterm)
+
+
+def local_trial_device(spec: ExperimentSpec) -> str:
+    """The device a trial on this machine's local Ray gets: a GPU when it asks for one and there is one (Ray
+    hides the GPUs from a trial that asked for none), else the CPU."""
+    import torch
+
+    return "cuda" if spec.resources.gpus_per_trial > 0 and spec.device != "cpu" and torch.cuda.is_available() else "cpu"
 
 
 def probe_precision(spec: ExperimentSpec, address: str | None, env: dict[str, str] | None = None) -> str:

@@ -29,10 +29,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from analysis.files import ESTIMATE_FILE
+from analysis.render import duration
 from oracle_search.schema import BASELINES, atomic_write_json
 from trainables.spec import ExperimentSpec, SpecError
 
-RECORD = "estimate.json"
 TYPICAL_ORACLE_VALUES_PER_ROUND = 3
 TYPICAL_DELTA_ROUNDS = 1
 MOST_ORACLE_VALUES_PER_ROUND = 4  # one per edge of the two intervals (selection.next_values)
@@ -91,12 +92,8 @@ class Estimate:
                 f"precision: {self.precision}",
                 f"seconds per epoch: {self.seconds_per_epoch:.4g} ({self.source})",
                 f"slots: {self.slots} trial(s) at once",
-                f"estimate: {_duration(self.seconds())} of training on {self.slots} slot(s) "
-                f"(at most {_duration(self.seconds('most'))}), plus Ray's start"]
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:,.0f} s ({seconds / 60:.1f} min)" if seconds >= 60 else f"{seconds:.1f} s"
+                f"estimate: {duration(self.seconds())} of training on {self.slots} slot(s) "
+                f"(at most {duration(self.seconds('most'))}), plus Ray's start"]
 
 
 # --- the plan: trainings per phase -------------------------------------------------------------------------------
@@ -185,7 +182,7 @@ def slots(spec: ExperimentSpec, address: str | None) -> int:
         import ray
 
         from oracle_search.engine import connect
-        from trainables.plugins import runtime_env
+        from trainables.sources import runtime_env
 
         connect(address, runtime_env(spec))
         total = dict(ray.cluster_resources())
@@ -207,8 +204,7 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> dict:
     import torch
 
     from trainables.cycle import accuracy, make_optimizer, resolve_device, train_step
-    from trainables.data import load_data
-    from trainables.models import build_model
+    from trainables.plugins import build_model, load_data
     from trainables.pruning import MaskedWeights, full_masks
 
     device = resolve_device(spec.device)
@@ -245,42 +241,31 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> dict:
             "steps_per_epoch": per_epoch, "device": str(device)}
 
 
-def trial_device(spec: ExperimentSpec) -> str:
-    """The device a local trial gets: a GPU when it asks for one and this machine has one, else the CPU."""
-    import torch
-
-    return "cuda" if spec.resources.gpus_per_trial > 0 and torch.cuda.is_available() else "cpu"
-
-
 def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None) -> dict:
     """`time_epoch` where a trial runs, with torch limited to one trial's CPUs: on a cluster, in a Ray task
     holding one trial's resources; on a local Ray (no address), which runs on this machine, in this process
     (starting Ray costs more than the whole probe)."""
-    from oracle_search.engine import cluster_address
+    from oracle_search.engine import cluster_address, local_trial_device
 
     res, threads = spec.resources, max(1, int(spec.resources.cpus_per_trial))
     if not cluster_address(address):
-        import dataclasses
-
         import torch
 
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            return time_epoch(dataclasses.replace(spec, device=trial_device(spec)))
+            return time_epoch(dataclasses.replace(spec, device=local_trial_device(spec)))
         finally:
             torch.set_num_threads(before)
     import ray
 
     from oracle_search.engine import connect
-    from trainables.plugins import runtime_env
+    from trainables.sources import runtime_env
 
     connect(address, runtime_env(spec))
 
     @ray.remote
     def probe(spec: ExperimentSpec, threads: int) -> dict:
-        import dataclasses
-
         import torch
 
         from oracle_search.estimate import time_epoch
@@ -291,24 +276,6 @@ def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None) -> dict:
 
     task = probe.options(num_cpus=res.cpus_per_trial, num_gpus=res.gpus_per_trial)
     return ray.get(task.remote(spec, threads))
-
-
-def precision(spec: ExperimentSpec, out: Path, address: str | None) -> ExperimentSpec:
-    """The spec with `auto` resolved as a run would (`pipeline.resolve_precision`: the recorded precision of a
-    resumed folder, else a worker's answer), without starting a local Ray: a local trial runs on this machine."""
-    from oracle_search import pipeline
-    from oracle_search.engine import cluster_address
-
-    if spec.precision != "auto" or cluster_address(address):
-        return pipeline.resolve_precision(spec, out, address)
-    old = pipeline.recorded_spec(out)
-    if old is not None and old.precision != "auto":
-        return dataclasses.replace(spec, precision=old.precision)
-    import torch
-
-    from trainables.precision import resolve_precision
-
-    return dataclasses.replace(spec, precision=resolve_precision("auto", torch.device(trial_device(spec))))
 
 
 def positive_seconds(value: float | None) -> float | None:
@@ -336,27 +303,12 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
 
 def write(out: Path, found: Estimate) -> None:
     """OUT/estimate.json at the start of a real run, with the time it started."""
-    atomic_write_json(Path(out) / RECORD, found.record() | {"started": time.time(), "finished": None})
+    atomic_write_json(Path(out) / ESTIMATE_FILE, found.record() | {"started": time.time(), "finished": None})
 
 
 def finish(out: Path) -> None:
     """Record when the run that wrote OUT/estimate.json ended, for the report's comparison."""
-    path = Path(out) / RECORD
+    path = Path(out) / ESTIMATE_FILE
     if path.exists():
         record = json.loads(path.read_text())
         atomic_write_json(path, record | {"finished": time.time()})
-
-
-def report_note(out: Path) -> str | None:
-    """The report's line: the estimate made before the run next to the time it took."""
-    path = Path(out) / RECORD
-    if not path.exists():
-        return None
-    r = json.loads(path.read_text())
-    line = (f"Estimated before the run ({r['command']}, {r['precision']}, {r['slots']} slot(s), "
-            f"{r['seconds_per_epoch']:.4g} s per epoch, {r['source'].split(':')[0]}): "
-            f"{_duration(r['seconds'])} of training, at most {_duration(r['seconds_at_most'])}")
-    if r.get("finished") and r.get("started"):
-        took = r["finished"] - r["started"]
-        line += f"; measured: {_duration(took)} ({took / r['seconds']:.2f}x the estimate)"
-    return line + "."

@@ -15,7 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from oracle_search.schema import SILO_METHODS, Method, atomic_write_json, read_results
-from trainables.spec import ExperimentSpec, Resources, SpecError, check_names
+from trainables.plugins import check_names, load_data
+from trainables.sources import runtime_env
+from trainables.spec import ExperimentSpec, Resources, SpecError
 
 EVAL_SEED_OFFSET = 1000
 
@@ -89,16 +91,22 @@ def recorded_spec(out: Path) -> ExperimentSpec | None:
 
 def resolve_precision(spec: ExperimentSpec, out: Path, address: str | None) -> ExperimentSpec:
     """The spec with `precision = "auto"` made concrete, once per experiment: a resumed run keeps the precision
-    it recorded; a new one asks a worker with one trial's resources (engine.probe_precision). An explicit
-    precision is kept as given; rows record theirs, and trainings of another precision are never reused."""
+    it recorded; a new one on a cluster asks a worker with one trial's resources (engine.probe_precision), one on
+    this machine asks the device a local trial gets, without starting Ray. An explicit precision is kept as
+    given; rows record theirs, and trainings of another precision are never reused."""
     if spec.precision != "auto":
         return spec
     old = recorded_spec(out)
     if old is not None and old.precision != "auto":
         return dataclasses.replace(spec, precision=old.precision)
-    from oracle_search.engine import probe_precision
+    import torch
 
-    return dataclasses.replace(spec, precision=probe_precision(spec, address))
+    from oracle_search.engine import cluster_address, local_trial_device, probe_precision
+    from trainables.precision import resolve_precision as native
+
+    if cluster_address(address):
+        return dataclasses.replace(spec, precision=probe_precision(spec, address))
+    return dataclasses.replace(spec, precision=native("auto", torch.device(local_trial_device(spec))))
 
 
 def _same_experiment(a: ExperimentSpec, b: ExperimentSpec) -> bool:
@@ -127,9 +135,6 @@ def prepare_out(out: Path, spec: ExperimentSpec) -> None:
 def check_inputs(spec: ExperimentSpec, *, address: str | None = None, study_storage: str | None = None) -> None:
     """Everything that can be checked before a run starts: the data loads, a local machine can hold one trial,
     the study storage opens. A failure is invalid input (SpecError), with nothing written."""
-    from trainables.data import load_data
-    from trainables.plugins import runtime_env
-
     check_names(spec)
     load_data(spec)
     runtime_env(spec)  # the import paths' modules can be shipped to Ray workers

@@ -10,8 +10,7 @@ import torch
 
 from trainables.checkpoints import CheckpointError, checkpoint_hash, load_checkpoint
 from trainables.cycle import _prepare, run_cycle, train_step
-from trainables.data import load_data
-from trainables.models import build_model
+from trainables.plugins import build_model, load_data
 from trainables.presets import PRESETS
 from trainables.pruning import MaskedWeights, prunable
 

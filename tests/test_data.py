@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainables.data import CIFAR_MEAN, CIFAR_STD, DATASETS, DataError, load_data, random_crop_flip
+from trainables.data import CIFAR_MEAN, CIFAR_STD, DATASETS, DataError, random_crop_flip
+from trainables.plugins import load_data
 from trainables.presets import PRESETS
 from trainables.spec import ExperimentSpec
 

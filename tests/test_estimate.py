@@ -9,6 +9,8 @@ import random
 
 import pytest
 
+from analysis.files import ESTIMATE_FILE
+from analysis.report import estimate_note
 from oracle_search import estimate
 from oracle_search.cli import main
 from oracle_search.pipeline import CompareOptions, FitOptions, OracleOptions
@@ -139,13 +141,13 @@ def test_bad_seconds_per_epoch_exits_2_naming_the_option(tmp_path, capsys, bad):
 def test_report_note_puts_the_estimate_next_to_the_time_taken(tmp_path):
     found = estimate.estimate("oracle", SPEC, OPTIONS.oracle, None, seconds_per_epoch=0.5)
     estimate.write(tmp_path, found)
-    record = json.loads((tmp_path / estimate.RECORD).read_text())
+    record = json.loads((tmp_path / ESTIMATE_FILE).read_text())
     assert record["seconds"] == pytest.approx(75 * 30 * 0.5 / 2)
-    assert "measured" not in estimate.report_note(tmp_path)
+    assert "measured" not in estimate_note(tmp_path)
     record["started"] -= 1000.0  # a run that took 1000 s (plus the moment until finish())
-    (tmp_path / estimate.RECORD).write_text(json.dumps(record))
+    (tmp_path / ESTIMATE_FILE).write_text(json.dumps(record))
     estimate.finish(tmp_path)
-    note = estimate.report_note(tmp_path)
+    note = estimate_note(tmp_path)
     assert "562 s" in note and "measured: 1,000 s" in note  # 75 x 30 x 0.5 / 2 = 562.5
 
 
@@ -156,7 +158,7 @@ def test_a_real_run_records_its_estimate_and_the_report_prints_it_next_to_the_ti
     spec = dataclasses.replace(PRESETS["tiny"].spec, cycles=1, precision="fp32", resources=Resources(max_concurrent=2))
     out = tmp_path / "run"
     pipeline.oracle(spec, out, OracleOptions(seeds=1, refine=0), seconds_per_epoch=0.01)
-    record = json.loads((out / estimate.RECORD).read_text())
+    record = json.loads((out / ESTIMATE_FILE).read_text())
     # tiny: 3 grid values (0.03, 0.1, 0.3) at cycle 0. Cycle 1: the grid values within x4 of the choice p (all
     # three for p in [0.075, 0.12]) plus p when it is off the grid (4), plus the dense best (5). One seed, no
     # refinement: 3 + 5 = 8 trainings of 4 epochs, at most and typically.

@@ -12,8 +12,8 @@ from PIL import Image
 from trainables.presets import PRESETS  # before paper_presets: presets.py registers them on import
 from trainables.checkpoints import load_checkpoint
 from trainables.cycle import _autocast, run_cycle
-from trainables.models import build_model
-from trainables.data import DataError, load_data
+from trainables.data import DataError
+from trainables.plugins import build_model, load_data
 from trainables.imagenet import ImageFolderData
 from trainables.paper_presets import CIFAR_TRAIN, IMAGENET_TRAIN, PAPER_PRESETS
 

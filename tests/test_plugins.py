@@ -12,10 +12,11 @@ import torch
 
 from oracle_search.cli import main
 from oracle_search.engine import Runner
-from trainables import plugins
+from trainables import plugins, sources
 from trainables.cycle import run_cycle
-from trainables.data import DATASETS, load_data
-from trainables.models import MODELS, build_model
+from trainables.data import DATASETS
+from trainables.models import MODELS
+from trainables.plugins import build_model, load_data
 from trainables.pruning import PRUNERS, full_masks, prune, prunable
 from trainables.presets import PRESETS
 from trainables.spec import SpecError
@@ -96,11 +97,11 @@ def test_a_score_function_prunes_globally_and_a_pruner_object_keeps_its_selectio
     torch.manual_seed(0)
     model = build_model("mlp", (8,), 4)
     weights = {n: p.detach().clone() for n, p in prunable(model).items()}
-    masks = prune(model, full_masks(model), 0.2, f"{user_module}:largest_first", lambda: [])
+    masks = prune(model, full_masks(model), 0.2, plugins.resolve("pruner", f"{user_module}:largest_first"), lambda: [])
     cut = torch.cat([weights[n][~m] for n, m in masks.items()]).abs()
     kept = torch.cat([weights[n][m] for n, m in masks.items()]).abs()
     assert cut.min() >= kept.max()  # the user's scores decided: the largest 20 % of all weights went
-    per_layer = prune(build_model("mlp", (8,), 4), full_masks(model), 0.2, f"{user_module}:per_layer", lambda: [])
+    per_layer = prune(build_model("mlp", (8,), 4), full_masks(model), 0.2, plugins.resolve("pruner", f"{user_module}:per_layer"), lambda: [])
     for name, mask in per_layer.items():  # per-layer selection: every layer keeps 80 % (to rounding)
         assert abs(mask.float().mean().item() - 0.8) < 0.01, name
 
@@ -109,7 +110,7 @@ def test_a_score_function_taking_seed_gets_the_trial_seed(user_module):
     def masks(seed):
         torch.manual_seed(0)
         model = build_model("mlp", (8,), 4)
-        return prune(model, full_masks(model), 0.5, f"{user_module}:seeded_random", lambda: [], seed=seed)
+        return prune(model, full_masks(model), 0.5, plugins.resolve("pruner", f"{user_module}:seeded_random"), lambda: [], seed=seed)
 
     first, again, other = masks(1), masks(1), masks(2)
     assert all(torch.equal(first[n], again[n]) for n in first)
@@ -179,7 +180,7 @@ def test_fingerprint_holds_the_import_path_and_the_module_files_hash(user_module
     assert before != TINY.chain_fingerprint()
     assert dataclasses.replace(TINY, model=f"{user_module}:wide").chain_fingerprint() == before  # deterministic
     training = spec.training_fingerprint()
-    path = plugins.source_file(spec.model)
+    path = sources.source_file(spec.model)
     path.write_text(path.read_text() + "\n# edited\n")
     assert spec.chain_fingerprint() != before  # same import path, other code: another chain
     assert spec.training_fingerprint() != training  # and never a reused training
@@ -189,26 +190,26 @@ def test_a_rerun_on_the_same_out_with_edited_code_is_refused(tmp_path, user_modu
     spec = dataclasses.replace(TINY, model=f"{user_module}:wide")
     out = tmp_path / "run"
     Runner(out=out, spec=spec, experiment="x")  # every flow runs its trials through a Runner on --out
-    stored = json.loads((out / plugins.SOURCES_FILE).read_text())
+    stored = json.loads((out / sources.SOURCES_FILE).read_text())
     assert stored["model"]["path"] == spec.model and len(stored["model"]["sha256"]) == 64
     Runner(out=out, spec=spec, experiment="x")  # unchanged: resumes
-    path = plugins.source_file(spec.model)
+    path = sources.source_file(spec.model)
     path.write_text(path.read_text() + "\n# edited\n")
     with pytest.raises(SpecError) as err:
         Runner(out=out, spec=spec, experiment="x")
     assert err.value.field == "model"
     Runner(out=tmp_path / "registry-run", spec=TINY, experiment="x")
-    assert not (tmp_path / "registry-run" / plugins.SOURCES_FILE).exists()
+    assert not (tmp_path / "registry-run" / sources.SOURCES_FILE).exists()
 
 
 # --- clusters ----------------------------------------------------------------------------------------------------
 
 def test_runtime_env_ships_only_the_users_own_top_level_module(user_module, tmp_path):
-    assert plugins.runtime_env(TINY) is None
-    assert plugins.runtime_env(dataclasses.replace(TINY, model="trainables.models:mlp")) is None  # installed
-    assert plugins.runtime_env(dataclasses.replace(TINY, model="operator:add")) is None  # the standard library
+    assert sources.runtime_env(TINY) is None
+    assert sources.runtime_env(dataclasses.replace(TINY, model="trainables.models:mlp")) is None  # installed
+    assert sources.runtime_env(dataclasses.replace(TINY, model="operator:add")) is None  # the standard library
     spec = dataclasses.replace(TINY, model=f"{user_module}:wide", dataset=f"{user_module}:blobs")
-    assert plugins.runtime_env(spec) == {"py_modules": [str(tmp_path / "code" / f"{user_module}.py")]}
+    assert sources.runtime_env(spec) == {"py_modules": [str(tmp_path / "code" / f"{user_module}.py")]}
 
 
 def test_runtime_env_ships_a_package_folder(tmp_path, monkeypatch):
@@ -218,7 +219,7 @@ def test_runtime_env_ships_a_package_folder(tmp_path, monkeypatch):
     (package / "nets.py").write_text("def net(input_shape, num_classes):\n    return None\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     spec = dataclasses.replace(TINY, model="userpkg_ship.nets:net")
-    assert plugins.runtime_env(spec) == {"py_modules": [str(package)]}
+    assert sources.runtime_env(spec) == {"py_modules": [str(package)]}
 
 
 def test_the_console_script_finds_a_module_in_the_folder_it_runs_in(tmp_path, monkeypatch, capsys):

@@ -12,7 +12,7 @@ from torchvision.models import VisionTransformer
 from oracle_search.cli import build_parser, spec_from_args
 from trainables.checkpoints import load_checkpoint
 from trainables.cycle import _prepare, run_cycle, train_step
-from trainables.data import load_data
+from trainables.plugins import load_data
 from trainables.models import MODELS
 from trainables.presets import PRESETS
 from trainables.pruning import (PRUNERS, MaskedWeights, density, full_masks, prunable, prune,
@@ -164,7 +164,7 @@ def test_every_pruner_has_a_brute_force_check():
 def test_matches_brute_force(method):
     model, batches = mlp(), data((4,))
     expected = BRUTE[method](model, batches)
-    masks = prune(model, full_masks(model), RATE, method, batches)
+    masks = prune(model, full_masks(model), RATE, PRUNERS[method], batches)
     assert flat(model, masks) == expected
     for name, p in prunable(model).items():
         assert torch.all(p[~masks[name]] == 0)
@@ -187,7 +187,7 @@ def test_lap_conv_batchnorm_depthwise_and_flatten(method):
         expected = drop_layer(scores, RATE)
     else:
         expected = drop_global([[v / math.sqrt(sum(u * u for u in ss)) for v in ss] for ss in scores], RATE)
-    masks = prune(model, full_masks(model), RATE, method, data((2, 3, 3)))
+    masks = prune(model, full_masks(model), RATE, PRUNERS[method], data((2, 3, 3)))
     assert flat(model, masks) == expected
 
 
@@ -201,7 +201,7 @@ def test_structured_zeroes_whole_channels():
     masks = full_masks(model)
     for cycle in range(2):
         before = {n: int(m.flatten(1).any(1).sum()) for n, m in weight_masks(masks).items()}
-        masks = prune(model, masks, 0.2, "l1_structured", data((3, 32, 32)))
+        masks = prune(model, masks, 0.2, PRUNERS["l1_structured"], data((3, 32, 32)))
         for n, m in list(weight_masks(masks).items())[:-1]:
             rows = m.flatten(1)
             assert torch.all(rows.all(1) | ~rows.any(1)), "a channel is either whole or gone"
@@ -227,10 +227,10 @@ def test_structured_zeroes_whole_channels():
 def test_twice_removes_rate_of_the_remaining():
     model = mlp()
     total = sum(p.numel() for p in prunable(model).values())  # 12 + 15 + 10 = 37
-    masks = prune(model, full_masks(model), 0.2, "global_magnitude", data((4,)))
+    masks = prune(model, full_masks(model), 0.2, PRUNERS["global_magnitude"], data((4,)))
     first = total - round(0.2 * total)
     assert sum(int(m.sum()) for m in masks.values()) == first
-    masks = prune(model, masks, 0.2, "global_magnitude", data((4,)))
+    masks = prune(model, masks, 0.2, PRUNERS["global_magnitude"], data((4,)))
     second = first - round(0.2 * first)
     assert sum(int(m.sum()) for m in masks.values()) == second
     assert density(masks) == 100.0 * second / total
@@ -240,7 +240,7 @@ def test_twice_removes_rate_of_the_remaining():
 def test_biases_and_batchnorm_untouched(method):
     model = mlp()
     before = {n: p.detach().clone() for n, p in model.named_parameters() if n not in prunable(model)}
-    prune(model, full_masks(model), RATE, method, data((4,)))
+    prune(model, full_masks(model), RATE, PRUNERS[method], data((4,)))
     for n, p in model.named_parameters():
         if n in before:
             assert torch.equal(p, before[n]), n
@@ -251,16 +251,16 @@ def test_random_is_deterministic_given_seed_and_masks():
     with torch.no_grad():
         for p in prunable(b).values():
             p.mul_(-3.0)  # other weights, same seed and masks: the same draw
-    ma = prune(a, full_masks(a), RATE, "random", data((4,)), seed=5)
-    mb = prune(b, full_masks(b), RATE, "random", data((4,)), seed=5)
+    ma = prune(a, full_masks(a), RATE, PRUNERS["random"], data((4,)), seed=5)
+    mb = prune(b, full_masks(b), RATE, PRUNERS["random"], data((4,)), seed=5)
     assert all(torch.equal(ma[n], mb[n]) for n in ma)
-    again = prune(a, ma, RATE, "random", data((4,)), seed=5)
+    again = prune(a, ma, RATE, PRUNERS["random"], data((4,)), seed=5)
     assert not all(torch.equal(again[n], ma[n]) for n in ma)
 
 
 def test_random_differs_by_seed():
     """Issue 11: `random` was seeded by the alive count alone, so every trial seed got the same mask."""
-    masks = [flat(m, prune(m, full_masks(m), RATE, "random", data((4,)), seed=s))
+    masks = [flat(m, prune(m, full_masks(m), RATE, PRUNERS["random"], data((4,)), seed=s))
              for m, s in ((mlp(), 0), (mlp(), 1), (mlp(), 2))]
     assert masks[0] != masks[1] and masks[1] != masks[2] and masks[0] != masks[2]
     assert masks[1] == drop_global(brute_random(mlp(), None, seed=1), RATE)
@@ -281,7 +281,7 @@ def test_attention_projection_is_prunable():
 @pytest.mark.parametrize("name", ["resnet20", "densenet40", "mobilenetv2", "alexnet", "tiny_vit"])
 def test_every_pruner_runs_on_real_networks(method, name):
     model = tiny_vit() if name == "tiny_vit" else MODELS[name]((3, 32, 32), 10)
-    masks = prune(model, full_masks(model), 0.2, method, data((3, 32, 32)))
+    masks = prune(model, full_masks(model), 0.2, PRUNERS[method], data((3, 32, 32)))
     assert 75 < density(masks) < 85  # structured: the output layer and rounding keep a little more
     x = torch.randn(2, 3, 32, 32)
     assert torch.isfinite(model.eval()(x)).all()
@@ -294,7 +294,7 @@ def test_ties_go_by_position(method):
         for p in prunable(model).values():
             p.copy_((p * 4).round() / 4)  # few distinct values: many ties
     expected = BRUTE[method](model, data((4,)))
-    masks = prune(model, full_masks(model), RATE, method, data((4,)))
+    masks = prune(model, full_masks(model), RATE, PRUNERS[method], data((4,)))
     assert flat(model, masks) == expected
 
 
@@ -372,7 +372,7 @@ def test_lap_is_per_layer_like_the_reference_default():
         alive = reference_keep_per_layer(lap_reference_scores(ws), alive, 0.2)
         ws = [[[v if alive[i][j * len(w[0]) + k] else 0.0 for k, v in enumerate(row)] for j, row in enumerate(w)]
               for i, w in enumerate(ws)]  # the reference multiplies the weights by the new masks
-        masks = prune(model, masks, 0.2, "lap", data((8,)))
+        masks = prune(model, masks, 0.2, PRUNERS["lap"], data((8,)))
         assert flat(model, masks) == alive, f"step {step}"
     for m in masks.values():
         assert 100.0 * int(m.sum()) / m.numel() == pytest.approx(64.0, abs=1.6)
@@ -384,7 +384,7 @@ def test_lap_global_is_the_references_normalised_global_mode():
     model = three_layer_mlp()
     scores = lap_reference_scores([p.detach().tolist() for p in prunable(model).values()])
     expected = reference_keep_global_normalised(scores, 0.2)
-    masks = prune(model, full_masks(model), 0.2, "lap_global", data((8,)))
+    masks = prune(model, full_masks(model), 0.2, PRUNERS["lap_global"], data((8,)))
     assert flat(model, masks) == expected
     assert expected != drop_global(scores, 0.2)
 
@@ -399,7 +399,7 @@ def test_lap_on_batchnorm_networks_is_the_references_lap_bn():
     assert factors[0] is not None and factors[1] is not None and factors[2] is None
     alive = [[True] * (len(w) * len(w[0])) for w in ws]
     expected = reference_keep_per_layer(lap_reference_scores(ws, factors), alive, 0.2)
-    masks = prune(model, full_masks(model), 0.2, "lap", data((8,)))
+    masks = prune(model, full_masks(model), 0.2, PRUNERS["lap"], data((8,)))
     assert flat(model, masks) == expected
     assert expected != reference_keep_per_layer(lap_reference_scores(ws), alive, 0.2)
 
@@ -408,10 +408,10 @@ def test_lap_scores_look_through_pruned_neighbours():
     """Neighbour norms are those of the pruned network: weights the masks removed count as zero even if the tensor
     still holds them (the reference multiplies weights by their masks before scoring)."""
     model = three_layer_mlp()
-    masks = prune(model, full_masks(model), 0.2, "lap", data((8,)))
-    expected = prune(model, masks, 0.2, "lap", data((8,)))
+    masks = prune(model, full_masks(model), 0.2, PRUNERS["lap"], data((8,)))
+    expected = prune(model, masks, 0.2, PRUNERS["lap"], data((8,)))
     stale = three_layer_mlp()  # the same weights, not zeroed where masks say pruned
-    assert flat(stale, prune(stale, masks, 0.2, "lap", data((8,)))) == flat(model, expected)
+    assert flat(stale, prune(stale, masks, 0.2, PRUNERS["lap"], data((8,)))) == flat(model, expected)
 
 
 # --- the output layer ------------------------------------------------------------------------------------------
@@ -422,7 +422,7 @@ def test_keep_output_dense(method):
     weight. Global selection removes the same number as before, from the other layers only (OpenLTH counts the
     ignored layer's weights in the number to prune); per-layer selection leaves the other layers as they were."""
     model, batches = mlp(), data((4,))
-    masks = prune(model, full_masks(model), RATE, method, batches, seed=3, prune_output=False)
+    masks = prune(model, full_masks(model), RATE, PRUNERS[method], batches, seed=3, prune_output=False)
     assert masks["5.weight"].all()
     scores = {"global_magnitude": brute_magnitude, "imp": brute_magnitude, "lamp": brute_lamp,
               "global_gradient": brute_gradient, "lap_global": brute_lap_global,
@@ -482,7 +482,7 @@ def test_structured_silences_removed_channels_through_retraining():
     model, batches = mlp(), data((4,))  # Linear(4,3) → BatchNorm1d(3) → ReLU → Linear(3,5) → ReLU → Linear(5,2)
     with torch.no_grad():
         model[1].bias.copy_(torch.tensor([0.5, -0.4, 0.3]))
-    masks = prune(model, full_masks(model), RATE, "l1_structured", batches)
+    masks = prune(model, full_masks(model), RATE, PRUNERS["l1_structured"], batches)
     dead0, dead3 = ~masks["0.weight"].any(1), ~masks["3.weight"].any(1)
     assert int(dead0.sum()) == 1 and int(dead3.sum()) == 2
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)

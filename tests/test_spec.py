@@ -10,7 +10,8 @@ import pytest
 
 from trainables.presets import PRESETS
 from trainables.schedules import ScheduleSpec, SiloParams
-from trainables.spec import ExperimentSpec, OptimizerSpec, Resources, SpecError, check_names
+from trainables.plugins import check_names
+from trainables.spec import ExperimentSpec, OptimizerSpec, Resources, SpecError
 
 BASE = PRESETS["tiny"].spec
 

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from trainables.checkpoints import CheckpointError, checkpoint_hash, load_checkpoint, save_checkpoint
-from trainables.data import TensorData, load_data
-from trainables.models import build_model
+from trainables.data import TensorData
+from trainables.plugins import build_model, load_data, resolve
 from trainables.precision import autocast, grad_scaler, resolve_precision
 from trainables.pruning import Masks, MaskedWeights, apply_masks, density, full_masks, prunable, prune
 from trainables.schedules import cycle_peak, lr_at
@@ -145,7 +145,7 @@ def _prepare(spec: ExperimentSpec, cycle: int, seed: int, start_checkpoint: str 
                               f"needs cycle {cycle - 1}")
     model.load_state_dict(state["model"])
     generator = torch.Generator().manual_seed(seed * 1_000_003 + cycle)
-    masks = prune(model, state["masks"], spec.rate, spec.pruner,
+    masks = prune(model, state["masks"], spec.rate, resolve("pruner", spec.pruner),
                   lambda: islice(data.batches("train", spec.batch_size, generator), spec.score_batches),
                   seed=seed, prune_output=spec.prune_output)
     if spec.weights == "rewind":

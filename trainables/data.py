@@ -6,7 +6,6 @@ local folder in torchvision's on-disk format.
 """
 from __future__ import annotations
 
-import functools
 import os
 import pickle
 import tempfile
@@ -194,20 +193,3 @@ DATASETS: dict[str, Callable[["ExperimentSpec"], TensorData]] = {
     "cifar100": cifar,
     "imagenet": imagenet,
 }
-
-
-@functools.lru_cache(maxsize=4)
-def _load_cached(dataset: str, data_dir: str | None, num_samples: int, val_fraction: float, test_fraction: float,
-                 split_seed: int) -> TensorData:
-    from trainables.plugins import resolve
-    from trainables.spec import ExperimentSpec
-
-    spec = ExperimentSpec(dataset=dataset, data_dir=data_dir, num_samples=num_samples, val_fraction=val_fraction,
-                          test_fraction=test_fraction, split_seed=split_seed)
-    return resolve("dataset", dataset)(spec)
-
-
-def load_data(spec: "ExperimentSpec") -> TensorData:
-    """The spec's dataset, loaded once per process (Ray reuses worker processes across trials)."""
-    return _load_cached(spec.dataset, spec.data_dir, spec.num_samples, spec.val_fraction, spec.test_fraction,
-                        spec.split_seed)

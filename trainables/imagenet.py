@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import numpy as np
 import torch
 
+from trainables.errors import DataError
+
 if TYPE_CHECKING:
     from trainables.spec import ExperimentSpec
 
@@ -88,7 +90,6 @@ def imagenet(spec: "ExperimentSpec") -> ImageFolderData:
     """ImageNet (or any ImageFolder) from `--data-dir`; `num_samples` > 0 keeps that many training images."""
     from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 
-    from trainables.data import DataError  # here, not above: trainables.data imports this module
 
     if spec.data_dir is None:
         raise DataError("data-dir", "imagenet needs --data-dir, a folder holding train/ and val/ (ImageFolder layout)")

@@ -10,7 +10,6 @@ from typing import Callable
 import torch
 from torch import nn
 
-from trainables.plugins import resolve
 
 
 def mlp(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] = (256, 256, 256)) -> nn.Module:
@@ -190,7 +189,3 @@ MODELS: dict[str, ModelBuilder] = {
     "resnet50": resnet50,
     "vit_b16": vit_b16,
 }
-
-
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    return resolve("model", name)(input_shape, num_classes)

@@ -366,16 +366,13 @@ PRUNERS: dict[str, Pruner] = {
 }
 
 
-def prune(model: nn.Module, masks: Masks, rate: float, method: str, batches: Batches, *, seed: int = 0,
+def prune(model: nn.Module, masks: Masks, rate: float, pruner: Pruner, batches: Batches, *, seed: int = 0,
           prune_output: bool = True) -> Masks:
     """New masks with a fraction `rate` of the remaining weights removed, applied to the model.
 
     `seed` is the trial seed (the random pruner draws from it). With `prune_output=False` the output layer (the
     last prunable layer in module order) keeps all its weights, as OpenLTH sets its CIFAR models.
     """
-    from trainables.plugins import resolve
-
-    pruner = resolve("pruner", method)
     weights = weight_masks(masks)
     scores = pruner.score(model, weights, batches, **({"seed": seed} if pruner.seeded else {}))
     fixed = frozenset() if prune_output else frozenset(list(weights)[-1:])

@@ -10,6 +10,7 @@ from typing import Any
 
 from trainables.errors import SpecError  # noqa: F401  (re-exported: the spec's error)
 from trainables.schedules import SCHEDULE_NAMES, ScheduleSpec, SiloParams
+from trainables.sources import spec_sources
 
 OPTIMIZERS = ("sgd", "adam", "rmsprop")
 WEIGHT_POLICIES = ("continue", "rewind", "reinit")
@@ -112,8 +113,6 @@ class ExperimentSpec:
 
     def _source_hashes(self) -> dict[str, str | None]:
         """The module file hash of each import-path field (none for registry names: their fingerprints stay)."""
-        from trainables.plugins import spec_sources
-
         return {f"{kind}_sha256": source["sha256"] for kind, source in spec_sources(self).items()}
 
     def with_schedule(self, **changes: Any) -> "ExperimentSpec":
@@ -154,19 +153,8 @@ def _choice(value: str, allowed: tuple[str, ...] | list[str], name: str) -> None
         raise SpecError(name, f"unknown {value!r}; allowed: {', '.join(allowed)}")
 
 
-def check_names(s: ExperimentSpec) -> ExperimentSpec:
-    """Resolve the model, dataset and pruner (a registry name or an import path), or raise SpecError naming the
-    field. Done once at the edge (the command line, the pipeline), not on construction: resolving a registry name
-    imports torch, which `--help`, `presets` and a spec built in a notebook need not pay for."""
-    from trainables.plugins import KINDS, resolve
-
-    for kind in KINDS:
-        resolve(kind, getattr(s, kind))
-    return s
-
-
 def validate(s: ExperimentSpec) -> None:
-    """Raise SpecError naming the first invalid field (the model, dataset and pruner: see `check_names`)."""
+    """Raise SpecError naming the first invalid field (the model, dataset and pruner: `plugins.check_names`)."""
     _fraction(s.rate, "rate")
     if not isinstance(s.prune_output, bool):
         raise SpecError("prune-output", f"must be true or false, got {s.prune_output!r}")
