@@ -20,17 +20,6 @@ def required_columns() -> list[str]:
     return list(REQUIRED)
 
 
-def results_path(out_dir: Path) -> Path:
-    """results.parquet if present, else results.csv."""
-    parquet = out_dir / "results.parquet"
-    return parquet if parquet.exists() else out_dir / "results.csv"
-
-
-def read_results(out_dir: Path) -> pd.DataFrame:
-    """The results table of `out_dir`: results.parquet if present, else results.csv."""
-    path = results_path(out_dir)
-    return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
-
 
 def check_results(path: Path) -> pd.DataFrame:
     """The table at `path` (Parquet or CSV), or BadResults naming the file or the columns it lacks."""

@@ -12,7 +12,7 @@ import pandas as pd
 from analysis import figures, render
 from analysis.render import duration
 from analysis.study_figures import study_figures
-from analysis.files import ESTIMATE_FILE, read_results, read_spec
+from analysis.files import ESTIMATE_FILE, read_spec
 from analysis.intervals import oracle_intervals, seed_intervals
 from analysis.select import densities, label, pruning_rate, silo_methods, silo_params
 from analysis.regret import regret_table as regret_frame
@@ -20,7 +20,8 @@ from analysis.tables import (SCHEDULE_LABELS, Table, accuracy_table, best_per_de
                              end_to_end_line, end_to_end_table, oracle_table, regret_table,
                              seed_table, statistics_source, statistics_table, values_table, verdict_lines,
                              verdict_table)
-from oracle_search.schema import REQUIRED, atomic_write_bytes, results_frame
+from oracle_search.schema import REQUIRED, read_results, results_frame
+from trainables.atomic import atomic_write_bytes
 from oracle_search.selection import TOLERANCE
 
 THEORY = {"sigma_x": 1.0, "sigma_w": 1.0}  # Theorem 1's σ_X, σ_W; d comes from the spec (default: MNIST-1D's 40)

@@ -6,7 +6,6 @@ import pandas as pd
 
 from oracle_search.schema import METHODS, SILO_METHODS, Method, Stage, current_rows
 
-BASELINES = tuple(m.value for m, info in METHODS.items() if info.baseline)
 LABELS = {m.value: info.label for m, info in METHODS.items()}
 # The stages whose trainings a method's cost counts; methods not named here count tune + final.
 COST_STAGES = {Method.ORACLE.value: (Stage.GRID.value, Stage.REFINE.value),

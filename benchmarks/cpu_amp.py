@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 from scipy import stats
 
-from analysis.files import read_results
+from oracle_search.schema import read_results
 from analysis.intervals import oracle_intervals
 from analysis.select import oracle_trials
 from oracle_search.selection import inside

@@ -49,13 +49,12 @@ def peak_name(spec: ExperimentSpec, lr: float | None) -> str:
 
 
 def run_chains(runner: Runner, runs: dict[str, tuple[ExperimentSpec, float | None, dict]], seeds: list[int],
-               stage: Stage, last_cycle: int | None = None) -> dict[tuple[str, int], list[dict]]:
+               stage: Stage, last_cycle: int) -> dict[tuple[str, int], list[dict]]:
     """Cycles 0..last_cycle for each named run and seed, all advancing one cycle at a time in parallel; a chain
     that diverges stops. `runs` maps a name -> (spec, max_lr or None for SILO, tags). Returns each chain's rows."""
-    last = runner.spec.cycles if last_cycle is None else last_cycle
     starts: dict[tuple[str, int], dict | None] = {(name, s): None for name in runs for s in seeds}
     chains: dict[tuple[str, int], list[dict]] = {k: [] for k in starts}
-    for cycle in range(last + 1):
+    for cycle in range(last_cycle + 1):
         trials = {(name, s): cycle_trial(
             spec, f"{tags['method']}-{stage.value}-{name}-c{cycle:02d}-s{s}-{peak_name(spec, lr)}"
                   f"{chain_suffix(starts[(name, s)])}", cycle, s, lr, starts[(name, s)], tags | {"stage": stage.value})
@@ -95,7 +94,7 @@ def run_finals(runner: Runner, peaks: dict[str, float], silo: dict[Method, SiloP
     for method, params in silo.items():
         runs[method.value] = (silo_spec(spec, params), None, silo_tags(method, params, Stage.FINAL, selected=True))
     runner.progress.say(f"final runs of {', '.join(runs)} on evaluation seeds {seeds}")
-    supersede(runner, run_chains(runner, runs, seeds, Stage.FINAL))
+    supersede(runner, run_chains(runner, runs, seeds, Stage.FINAL, runner.spec.cycles))
 
 
 def run_baselines(runner: Runner, tuning_seeds: list[int], eval_seeds: list[int], grid: list[float],

@@ -17,7 +17,7 @@ from oracle_search.config import add_options as add_config_options
 from trainables.errors import CheckpointError, DataError
 from trainables.presets import DEFAULT_PRESET, PRESETS
 from trainables.schedules import SCHEDULE_NAMES, SiloParams, silo_max_lr
-from trainables.spec import PRECISIONS, ExperimentSpec, Resources, SpecError, validate_silo
+from trainables.spec import PRECISIONS, ExperimentSpec, SpecError, validate_silo
 
 EXIT_INVALID, EXIT_FAILED = 2, 1
 
@@ -218,12 +218,12 @@ def _oracle_options(args: argparse.Namespace):
 def _fit_options(args: argparse.Namespace, spec: ExperimentSpec):
     from oracle_search.pipeline import FitOptions
 
-    target = spec.cycles if args.target_cycle is None else args.target_cycle
-    if not 0 <= target <= spec.cycles:
-        raise SpecError("target-cycle", f"must lie in [0, cycles={spec.cycles}], got {target}")
     ranges = [getattr(args, f"{name}_range") for name in ("epsilon", "delta", "q", "beta")]
-    return FitOptions(trials=args.trials, seeds=args.fit_seeds, storage=args.study_storage, target_cycle=target,
-                      space=_search_space(args, spec) if any(r is not None for r in ranges) else None)
+    options = FitOptions(trials=args.trials, seeds=args.fit_seeds, storage=args.study_storage,
+                         target_cycle=args.target_cycle,
+                         space=_search_space(args, spec) if any(r is not None for r in ranges) else None)
+    options.target(spec)  # checked against the spec here, before anything starts
+    return options
 
 
 def _compare_options(args: argparse.Namespace, spec: ExperimentSpec):
@@ -266,9 +266,7 @@ def _search_space(args: argparse.Namespace, spec: ExperimentSpec):
     space = SearchSpace.default(spec)
     changes = {name: r for name, cast in (("epsilon", float), ("delta", float), ("q", int), ("beta", float))
                if (r := _range(getattr(args, f"{name}_range"), name, cast)) is not None}
-    space = dataclasses.replace(space, **changes)
-    space.validate()
-    return space
+    return dataclasses.replace(space, **changes)  # FitOptions validates it
 
 
 def cmd_fit_silo(args: argparse.Namespace) -> int:
@@ -332,7 +330,8 @@ def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, optio
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from analysis.files import BadResults, check_results, results_path
+    from analysis.files import BadResults, check_results
+    from oracle_search.schema import results_path
     from analysis.report import write_report
 
     out = Path(args.dir)

@@ -5,6 +5,7 @@ a rerun skips every trial already in it, so a killed or interrupted driver never
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -21,15 +22,19 @@ import ray
 from ray import tune
 from ray.tune.search import Searcher
 
-from oracle_search.progress import Progress
-from oracle_search.schema import atomic_write_json, write_results
+from oracle_search.progress import Progress, latest_error
+from oracle_search.schema import COLUMNS, write_results
+from trainables.atomic import atomic_write_json
+from trainables.cycle import CycleResult
 from trainables.sources import record_sources, runtime_env
 from trainables.spec import NUMERICS, ExperimentSpec, SpecError
 from trainables.tune_adapter import any_cycle_trainable
 
-ROW_METRICS = ("cycle", "seed", "max_lr", "density", "val_acc", "test_acc", "best_epoch", "epochs", "seconds",
-               "device", "precision", "diverged", "grad_std", "act_std", "grad_hist", "act_hist", "checkpoint_hash",
-               "start_hash", "gpu_ids", "node_id")
+# What a trial reports that becomes its row: the cycle's own fields (trainables.cycle.CycleResult) that are
+# results-table columns, but its checkpoint's local path (the row holds the storage URI), plus where it ran.
+PLACEMENT = ("gpu_ids", "node_id")
+ROW_METRICS = tuple(f.name for f in dataclasses.fields(CycleResult) if f.name in COLUMNS and f.name != "checkpoint") \
+    + PLACEMENT
 # `ray up` hands the autoscaler this file on the head (cluster.yaml: --autoscaling-config), resources filled in.
 AUTOSCALER_CONFIG = Path.home() / "ray_bootstrap_config.yaml"
 IDLE_WAIT_S = 2.0  # how long the searcher holds Tune's idle poll open for the driver's next batch
@@ -182,9 +187,8 @@ def autoscaler_ceiling(path: Path | None = None) -> dict[str, float] | None:
 
 
 def last_error_line(trial) -> str:
-    """The exception line of a failed Tune trial's latest error (Tune appends each error to its error file)."""
-    path = trial.error_file
-    lines = Path(path).read_text().strip().splitlines() if path and os.path.exists(path) else []
+    """The exception line of a failed Tune trial's latest error."""
+    lines = latest_error(trial.error_file).strip().splitlines()
     return lines[-1].strip() if lines else "no error recorded"
 
 

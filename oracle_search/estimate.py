@@ -31,7 +31,8 @@ from pathlib import Path
 
 from analysis.files import ESTIMATE_FILE
 from analysis.render import duration
-from oracle_search.schema import BASELINES, atomic_write_json
+from oracle_search.schema import BASELINES
+from trainables.atomic import atomic_write_json
 from trainables.spec import ExperimentSpec, SpecError
 
 TYPICAL_ORACLE_VALUES_PER_ROUND = 3
@@ -159,7 +160,7 @@ def plan(command: str, spec: ExperimentSpec, options) -> list[Phase]:
     if command == "oracle":
         return [oracle_phase(spec, options.seeds, options.refine, options.bracket)]
     o, fit = options.oracle, options.fit
-    target = spec.cycles if fit.target_cycle is None else fit.target_cycle
+    target = fit.target(spec)
     phases = [oracle_phase(spec, o.seeds, o.refine, o.bracket)]
     if options.silo_fit:
         phases.append(silo_fit_phase(spec, fit.trials, fit.seeds, target))

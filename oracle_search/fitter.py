@@ -40,7 +40,7 @@ from oracle_search.engine import Runner, RunFailed
 from oracle_search.oracle import chain_suffix, cycle_trial
 from oracle_search.schema import Method, Stage
 from trainables.schedules import SiloParams
-from trainables.spec import NUMERICS, ExperimentSpec, Resources, SpecError
+from trainables.spec import NUMERICS, ExperimentSpec, SpecError
 
 METHOD = Method.SILO_FIT.value
 ACTIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)  # what counts toward --trials
@@ -87,11 +87,10 @@ class Heartbeat:
 
 
 def fingerprint(spec: ExperimentSpec, seeds: list[int], target: int) -> str:
-    """Everything that changes a fitter trial's value: the science of the spec (not its name, resources, device or
-    data folder), the seeds averaged, the objective's cycle and the arithmetic version (a study on a shared
-    storage outlives any one --out and its ledger)."""
-    science = dataclasses.replace(spec.with_schedule(name="silo"), preset="", data_dir=None, device="auto",
-                                  resources=Resources()).to_dict()
+    """Everything that changes a fitter trial's value: the spec's science (ExperimentSpec.science), the seeds
+    averaged, the objective's cycle and the arithmetic version (a study on a shared storage outlives any one --out
+    and its ledger)."""
+    science = spec.with_schedule(name="silo").science()
     blob = json.dumps({"spec": science, "seeds": list(seeds), "target": target, "numerics": NUMERICS},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
@@ -271,7 +270,7 @@ def _ask(study: optuna.Study, space: SearchSpace, seeds: list[int], n_trials: in
 
 
 def fit_silo(runner: Runner, seeds: list[int], n_trials: int, space: SearchSpace, storage_url: str | None,
-             parallel: int, target_cycle: int | None = None, oracle_dense_lr: float | None = None,
+             parallel: int, target: int, oracle_dense_lr: float | None = None,
              heartbeat: Heartbeat = Heartbeat()) -> optuna.Study:
     """Run the study until it holds `n_trials` finished (complete or stopped) trials; returns the study.
 
@@ -279,7 +278,6 @@ def fit_silo(runner: Runner, seeds: list[int], n_trials: int, space: SearchSpace
     for a new one at once, instead of idling until its batch-mates finish. Trials other drivers run on the same
     study count toward `n_trials`."""
     spec, say = runner.spec, runner.progress.say
-    target = spec.cycles if target_cycle is None else target_cycle
     with driver_lock(runner.out):
         storage = make_storage(runner.out, storage_url, heartbeat)
         study = open_study(runner.out, spec, storage_url, seeds, target, storage)

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from oracle_search.schema import SILO_METHODS, Method, atomic_write_json, read_results
+from oracle_search.schema import SILO_METHODS, Method, read_results
+from trainables.atomic import atomic_write_json
 from trainables.plugins import check_names, load_data
 from trainables.sources import runtime_env
-from trainables.spec import ExperimentSpec, Resources, SpecError
+from trainables.spec import ExperimentSpec, SpecError
 
 EVAL_SEED_OFFSET = 1000
 
@@ -54,6 +55,18 @@ class FitOptions:
     def __post_init__(self) -> None:
         at_least("trials", self.trials, 0)  # 0: compare without silo_fit
         at_least("fit-seeds", self.seeds, 1)
+        if self.target_cycle is not None:
+            at_least("target-cycle", self.target_cycle, 0)
+        if self.space is not None:
+            self.space.validate()
+
+    def target(self, spec: ExperimentSpec) -> int:
+        """The cycle whose validation accuracy silo_fit and silo_paper's δ are chosen on: the given one, else
+        the last. Every driver gets it from here; SpecError when it lies beyond the spec's cycles."""
+        target = spec.cycles if self.target_cycle is None else self.target_cycle
+        if target > spec.cycles:
+            raise SpecError("target-cycle", f"must lie in [0, cycles={spec.cycles}], got {target}")
+        return target
 
 
 @dataclass(frozen=True)
@@ -110,9 +123,9 @@ def resolve_precision(spec: ExperimentSpec, out: Path, address: str | None) -> E
 
 
 def _same_experiment(a: ExperimentSpec, b: ExperimentSpec) -> bool:
-    """Resources and precision may change on a resumed run; every other field makes another experiment."""
-    return dataclasses.replace(a, resources=Resources(), precision="auto") == \
-        dataclasses.replace(b, resources=Resources(), precision="auto")
+    """A resumed run may change where it runs (spec.NOT_SCIENCE) and its precision (rows record theirs, and
+    trainings of another precision are never reused); any other field makes another experiment."""
+    return dataclasses.replace(a, precision="auto").science() == dataclasses.replace(b, precision="auto").science()
 
 
 def prepare_out(out: Path, spec: ExperimentSpec) -> None:
@@ -242,12 +255,12 @@ def _fit(runner, options: FitOptions):
         runner.progress.say(f"silo_fit: ε searched in [{dense / 2:.4g}, {dense * 2:.4g}] around the Oracle's "
                             f"dense max_lr {dense:.4g}")
     seeds = tuning_seeds(runner.spec, options.seeds)
-    target = runner.spec.cycles if options.target_cycle is None else options.target_cycle
+    target = options.target(runner.spec)
     atomic_write_json(runner.out / "silo_fit.json", {  # what the report prints as silo_fit's search
         "space": dataclasses.asdict(space), "trials": options.trials, "seeds": seeds, "target_cycle": target,
         "objective": f"seed-mean validation accuracy at cycle {target}"})
     return fitter.fit_silo(runner, seeds, options.trials, space, options.storage, runner.slots(len(seeds)),
-                           options.target_cycle, dense)
+                           target, dense)
 
 
 def _fitted(study):
@@ -264,6 +277,7 @@ def fit_silo(spec: ExperimentSpec, out: Path, options: FitOptions = FitOptions()
              callbacks: list[str] | None = None):
     """Run (or extend) the silo_fit study; returns the Optuna study."""
     at_least("trials", options.trials, 1)
+    options.target(spec)
     with _runner(spec, Path(out), address, callbacks) as runner:
         study = _fit(runner, options)
         runner.write_results()
@@ -279,7 +293,7 @@ def _silo_variants(runner, options: CompareOptions, study) -> dict:
     if dense is None:
         runner.progress.say("silo_paper: no Oracle dense best in this folder; silo_paper is left out")
     elif (p := tune_silo_paper(runner, dense, list(runner.spec.grid), tuning_seeds(runner.spec, options.oracle.seeds),
-                               options.fit.target_cycle)) is not None:
+                               options.fit.target(runner.spec))) is not None:
         variants[Method.SILO_PAPER] = p
     if study is not None and (p := _fitted(study)) is not None:
         variants[Method.SILO_FIT] = p
@@ -293,8 +307,8 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
     from oracle_search import fitter
     from oracle_search.baselines import run_baselines
 
+    target = options.fit.target(spec)
     with _runner(spec, Path(out), address, callbacks) as runner:
-        target = spec.cycles if options.fit.target_cycle is None else options.fit.target_cycle
         # silo_fit runs when this experiment's study holds a finished trial, whatever `options.silo_fit` says
         study = fitter.open_study(runner.out, runner.spec, options.fit.storage, tuning_seeds(spec, options.fit.seeds), target)
         peaks = run_baselines(runner, tuning_seeds(spec, options.oracle.seeds),
@@ -314,6 +328,7 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
     from oracle_search.baselines import run_baselines
 
     reject_silo_schedule(spec)
+    options.fit.target(spec)
     out = Path(out)
     with _runner(spec, out, address, callbacks, fuse_size(spec, options.oracle.fuse)) as runner:
         _write_estimate(runner, "compare", options, seconds_per_epoch)

@@ -219,7 +219,8 @@ class _Watch(tune.Callback):
 
 
 def latest_error(path: str | None) -> str:
-    """The latest failure's text (a traceback) in a Tune trial's error file, which appends one per failure."""
+    """The latest failure's text (a traceback) in a Tune trial's error file, the one reader of that file. Tune
+    appends one "Failure # N ..." block per failure; a file without that header is taken whole."""
     if not path or not Path(path).exists():
         return ""
     text = Path(path).read_text()

@@ -3,15 +3,14 @@ picks the rows a report may use. The table is the only thing the analysis reads.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
+
+from trainables.atomic import atomic_write, atomic_write_bytes
 
 
 class Method(str, Enum):
@@ -108,25 +107,6 @@ FLAGS = ("diverged", "selected", "stopped_early", "reused")
 SORT = ["method", "stage", "schedule", "seed", "cycle", "study_trial", "max_lr"]
 
 
-def atomic_write_bytes(path: Path, data: bytes | str) -> Path:
-    """Write `data` to `path` through a temporary file in the same folder and os.replace: a reader never sees
-    half a file, and a failed write leaves neither the file nor its temporary."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
-
-
-def atomic_write_json(path: Path, obj) -> None:
-    atomic_write_bytes(path, json.dumps(obj, indent=1, sort_keys=True, default=str).encode())
-
-
 def results_frame(rows: Iterable[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(list(rows))
     defaults = ResultRow()
@@ -150,16 +130,21 @@ def results_frame(rows: Iterable[dict]) -> pd.DataFrame:
 def write_results(out: Path, rows: Iterable[dict]) -> pd.DataFrame:
     """Write DIR/results.parquet and DIR/results.csv atomically; returns the table."""
     frame = results_frame(rows)
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".results.parquet.")
-    os.close(fd)
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, out / "results.parquet")
-    atomic_write_bytes(out / "results.csv", frame.to_csv(index=False).encode())
+    atomic_write(out / "results.parquet", lambda f: frame.to_parquet(f, index=False))
+    atomic_write_bytes(out / "results.csv", frame.to_csv(index=False))
     return frame
 
 
+def results_path(out: Path) -> Path:
+    """results.parquet if present, else results.csv (a table copied without its Parquet file)."""
+    parquet = out / "results.parquet"
+    return parquet if parquet.exists() else out / "results.csv"
+
+
 def read_results(out: Path) -> pd.DataFrame:
-    return pd.read_parquet(out / "results.parquet")
+    """The results table of `out`, as written (`write_results`)."""
+    path = results_path(out)
+    return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
 
 
 # --- the current rows ---------------------------------------------------------------------------------------------

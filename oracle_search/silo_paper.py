@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from oracle_search.baselines import run_chains, silo_spec, silo_tags
 from oracle_search.engine import Runner
 from oracle_search.oracle import grid_key
-from oracle_search.schema import Method, Stage, atomic_write_json
+from oracle_search.schema import Method, Stage
+from trainables.atomic import atomic_write_json
 from oracle_search.selection import RESOLUTION, Curve, best_value, lr_key
 from trainables.schedules import SiloParams
 
@@ -159,9 +160,9 @@ def search_delta(runner: Runner, epsilon: float, grid: list[float], seeds: list[
 
 
 def tune_silo_paper(runner: Runner, epsilon: float, grid: list[float], seeds: list[int],
-                    target_cycle: int | None = None, rounds: int = ROUNDS) -> SiloParams | None:
-    """The paper's SILO with δ bracketed; writes DIR/silo_paper.json. None when every δ diverged."""
-    target = runner.spec.cycles if target_cycle is None else target_cycle
+                    target: int, rounds: int = ROUNDS) -> SiloParams | None:
+    """The paper's SILO with δ bracketed at cycle `target`; writes DIR/silo_paper.json. None when every δ
+    diverged."""
     first = delta_grid(epsilon, grid)
     runner.progress.say(f"silo_paper: ε = {epsilon:.4g} (the Oracle's dense best), q = {PAPER_Q}, β = {PAPER_BETA:g}; "
                         f"δ from {', '.join(f'{d:.4g}' for d in first)} at cycle {target} on {len(seeds)} seed(s), "

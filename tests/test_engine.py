@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from ray import cloudpickle, tune
 
-from oracle_search import schema
+from trainables import atomic
 from oracle_search.engine import Ledger, Progress, RunFailed, Runner, Training
 from trainables.presets import PRESETS
 from trainables.spec import NUMERICS, Resources, SpecError
@@ -61,7 +61,7 @@ def test_ledger_record_is_atomic(tmp_path, monkeypatch):
     def crash(src, dst):  # the process dies between writing the temp file and renaming it
         raise OSError("killed")
 
-    monkeypatch.setattr(schema.os, "replace", crash)
+    monkeypatch.setattr(atomic.os, "replace", crash)
     with pytest.raises(OSError):
         ledger.record({"key": "a", "val_acc": 2.0})
     assert json.loads((tmp_path / "ledger" / "a.json").read_text()) == {"key": "a", "val_acc": 1.0}

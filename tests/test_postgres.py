@@ -172,7 +172,7 @@ def test_a_dead_drivers_trial_is_taken_over_and_a_live_ones_is_not(pg_url, tmp_p
         out = tmp_path / "out"
         out.mkdir()
         with Runner(out=out, spec=spec, experiment="pg", progress=Progress(io.StringIO())) as runner:
-            fit_silo(runner, [0], 3, space, pg_url, parallel=1, target_cycle=1, heartbeat=beat)
+            fit_silo(runner, [0], 3, space, pg_url, parallel=1, target=1, heartbeat=beat)
     finally:
         stop.set()
         beating.join()

@@ -83,7 +83,7 @@ def test_a_real_delta_search_on_digits_writes_what_the_rows_say(ray_local, tmp_p
     seeds, epsilon, grid = [0, 1], 0.1, [0.05, 0.1, 0.2, 0.4, 0.8]
     log = io.StringIO()
     with Runner(out=tmp_path, spec=spec, experiment="silo", progress=Progress(log)) as runner:
-        params = tune_silo_paper(runner, epsilon, grid, seeds, rounds=2)
+        params = tune_silo_paper(runner, epsilon, grid, seeds, runner.spec.cycles, rounds=2)
         runner.write_results()
     record = json.loads((tmp_path / "silo_paper.json").read_text())
     rows = read_results(tmp_path)

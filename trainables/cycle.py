@@ -123,6 +123,12 @@ def layer_statistics(model: nn.Module, masks: Masks, data: TensorData, spec: Exp
     return (*_histogram(grads), *_histogram(acts))
 
 
+def data_order(seed: int, cycle: int) -> torch.Generator:
+    """The generator of a (seed, cycle)'s batch order, the pruning scores' batches and the training's: the same
+    for every max_lr, so grid points (and fused candidates) differ only in their LR."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + cycle)
+
+
 def _state_copy(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -144,7 +150,7 @@ def _prepare(spec: ExperimentSpec, cycle: int, seed: int, start_checkpoint: str 
         raise CheckpointError(f"checkpoint {start_checkpoint}: holds cycle {state['cycle']}, cycle {cycle} "
                               f"needs cycle {cycle - 1}")
     model.load_state_dict(state["model"])
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + cycle)
+    generator = data_order(seed, cycle)
     masks = prune(model, state["masks"], spec.rate, resolve("pruner", spec.pruner),
                   lambda: islice(data.batches("train", spec.batch_size, generator), spec.score_batches),
                   seed=seed, prune_output=spec.prune_output)
@@ -206,8 +212,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
     scaler = grad_scaler(device, spec.precision)
     steps_per_epoch = math.ceil(data.size("train") / spec.batch_size)
     total = spec.epochs * steps_per_epoch
-    # The same data order for every max_lr of a (seed, cycle): grid points differ only in their LR.
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + cycle)
+    generator = data_order(seed, cycle)
     clock.lap("prepare")
 
     best_val, best_epoch, best_state = -1.0, 0, _state_copy(model)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import numpy as np
 import torch
 
+from trainables.atomic import atomic_write
 from trainables.errors import DataError  # noqa: F401  (re-exported)
 
 from trainables.imagenet import imagenet
@@ -107,14 +107,6 @@ def cache_dir(spec: "ExperimentSpec") -> Path:
     return Path(spec.data_dir or os.environ.get("ORACLE_SEARCH_CACHE") or Path.home() / ".cache" / "oracle-search")
 
 
-def _atomic_save_npz(path: Path, **arrays: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
-    with os.fdopen(fd, "wb") as f:
-        np.savez(f, **arrays)
-    os.replace(tmp, path)
-
-
 def mnist1d(spec: "ExperimentSpec") -> TensorData:
     """MNIST-1D (Greydanus 2020) from the package's own generator, never its download path; cached on disk."""
     n = spec.num_samples or 10_000
@@ -127,7 +119,7 @@ def mnist1d(spec: "ExperimentSpec") -> TensorData:
         state = np.random.get_state()  # the generator reseeds numpy's global state; keep the caller's
         made = make_dataset(args)
         np.random.set_state(state)
-        _atomic_save_npz(path, x=made["x"].astype(np.float32), y=made["y"].astype(np.int64))
+        atomic_write(path, lambda f: np.savez(f, x=made["x"].astype(np.float32), y=made["y"].astype(np.int64)))
     with np.load(path) as f:
         x, y = f["x"], f["y"]
     return _split(x, y, spec, None, 10)

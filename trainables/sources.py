@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
+from trainables.atomic import atomic_write_json
 from trainables.errors import SpecError
 
 class NamesCode(Protocol):
@@ -129,6 +130,4 @@ def record_sources(out: Path, spec: NamesCode) -> None:
                                       "changed since); use a new --out")
         return
     if sources:
-        tmp = path.with_name(f".{SOURCES_FILE}.tmp")
-        tmp.write_text(json.dumps(sources, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        atomic_write_json(path, sources)

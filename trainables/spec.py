@@ -23,6 +23,10 @@ PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # resolved by trainables.precisio
 # 2: `amp` autocasts on CPU too (before, on CUDA only).
 NUMERICS = 2
 
+# The fields that name a run or say where it runs, not what it computes: no fingerprint holds them, and a resumed
+# run may change them. Every other field is science.
+NOT_SCIENCE = ("preset", "resources", "device", "data_dir")
+
 
 @dataclass(frozen=True)
 class OptimizerSpec:
@@ -99,17 +103,23 @@ class ExperimentSpec:
         blob = json.dumps({k: getattr(self, k) for k in keys} | self._source_hashes(), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    def training_fingerprint(self) -> str:
-        """What two trainings of the same (cycle, seed, start, peak) must agree on to be identical: every science
-        field, with the schedule as trained (SILO trains LR warmup at a peak its curve gives, so a SILO cycle at
-        peak x is the LR-warmup cycle at x)."""
+    def science(self) -> dict[str, Any]:
+        """Every field that changes what is computed (all but NOT_SCIENCE), with the import paths' file hashes."""
         d = self.to_dict()
-        for name in ("preset", "resources", "grid"):
+        for name in NOT_SCIENCE:
             d.pop(name)
+        return d | self._source_hashes()
+
+    def training_fingerprint(self) -> str:
+        """What two trainings of the same (cycle, seed, start, peak) must agree on to be identical: the science
+        but the Oracle's grid, with the schedule as trained (SILO trains LR warmup at a peak its curve gives, so a
+        SILO cycle at peak x is the LR-warmup cycle at x)."""
+        d = self.science()
+        d.pop("grid")
         if d["schedule"]["name"] == "silo":
             d["schedule"]["name"] = "warmup"
         d["schedule"].pop("silo")
-        return hashlib.sha256(json.dumps(d | self._source_hashes(), sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     def _source_hashes(self) -> dict[str, str | None]:
         """The module file hash of each import-path field (none for registry names: their fingerprints stay)."""
