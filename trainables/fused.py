@@ -28,7 +28,8 @@ from trainables import fused_native
 from trainables.checkpoints import save_checkpoint
 from trainables.cycle import (CycleResult, _autocast, _layout, _prepare, _state_copy, _to_cpu, accuracy,
                               layer_statistics, resolve_device)
-from trainables.data import TensorData, load_data
+from trainables.data import TensorData
+from trainables.plugins import load_data
 from trainables.pruning import Masks, density
 from trainables.precision import resolve_precision
 from trainables.schedules import cycle_peak, lr_at
@@ -136,6 +137,7 @@ class FusedOptimizer:
     params: State
     state: dict[str, State] = field(default_factory=dict)  # per parameter: momentum / moment buffers
     steps: int = 0
+    _stacked_masks: tuple[Masks, State] | None = None  # (the masks given, each as its parameter's full shape)
 
     betas = (0.9, 0.999)  # Adam's defaults
     alpha = 0.99  # RMSprop's default
@@ -162,9 +164,10 @@ class FusedOptimizer:
         names = [n for n, p in self.params.items() if p.grad is not None]
         params = [self.params[n] for n in names]
         grads = [p.grad for p in params]
-        masked = [n for n in (masks or {}) if self.params[n].grad is not None]
+        full = self._full_masks(masks or {})
+        masked = [n for n in full if self.params[n].grad is not None]
         if masked:
-            torch._foreach_mul_([self.params[n].grad for n in masked], [masks[n] for n in masked])
+            torch._foreach_mul_([self.params[n].grad for n in masked], [full[n] for n in masked])
         if o.weight_decay != 0:  # in place: the gradient is not read again, and K copies of a big network
             torch._foreach_add_(grads, params, alpha=o.weight_decay)  # leave no room for a temporary
         for n in names:
@@ -210,13 +213,26 @@ class FusedOptimizer:
                 torch._foreach_div_(grads, avg)  # the gradient is not read again
                 torch._foreach_addcmul_(params, grads, lrs, value=-1)
         if masked:
-            torch._foreach_mul_([self.params[n] for n in masked], [masks[n] for n in masked])
+            torch._foreach_mul_([self.params[n] for n in masked], [full[n] for n in masked])
+
+    def _full_masks(self, masks: Masks) -> State:
+        """The masks repeated over the slots, each in its parameter's shape, dtype and strides, made once per masks
+        and stack: CUDA's multi-tensor kernels take only lists of equal shapes and strides, and fall back to one
+        kernel per tensor on a broadcast."""
+        if self._stacked_masks is None or self._stacked_masks[0] is not masks:
+            full = {n: torch.empty_like(self.params[n], requires_grad=False).copy_(m.expand_as(self.params[n]))
+                    for n, m in masks.items()}
+            self._stacked_masks = (masks, full)
+        return self._stacked_masks[1]
 
     def keep(self, slots: list[int], params: State) -> None:
         """Follow `Fused.keep`: the same slots of every buffer, and the new parameter tensors."""
         index = torch.tensor(slots, device=next(iter(params.values())).device)
         self.params = params
-        self.state = {n: {k: t[index] for k, t in s.items()} for n, s in self.state.items()}
+        # In the new parameters' strides (channels_last weights), which the multi-tensor kernels need.
+        self.state = {n: {k: torch.empty_like(params[n], requires_grad=False).copy_(t[index]) for k, t in s.items()}
+                      for n, s in self.state.items()}
+        self._stacked_masks = None
 
 
 def _cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
