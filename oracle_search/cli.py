@@ -112,9 +112,20 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
         changes["resources"] = dataclasses.replace(spec.resources, **res)
     if getattr(args, "grid", None):  # validated here, so a bad grid never reaches a run
         changes["grid"] = parse_grid(args.grid)
+    spec = dataclasses.replace(spec, **changes)
+    # Trials run in their own working folders: a path the user gave means the caller's folder, so make it absolute.
+    spec = dataclasses.replace(spec, data_dir=absolute(spec.data_dir), resources=dataclasses.replace(
+        spec.resources, storage_path=absolute(spec.resources.storage_path)))
     from trainables.plugins import check_names  # imports torch: only commands that build a spec pay for it
 
-    return check_names(dataclasses.replace(spec, **changes))
+    return check_names(spec)
+
+
+def absolute(path: str | None) -> str | None:
+    """A local path made absolute against this process's folder; None and URIs (s3://...) as they are."""
+    if path is None or "://" in path:
+        return path
+    return str(Path(path).expanduser().absolute())
 
 
 def parse_grid(text: str) -> tuple[float, ...]:
@@ -177,6 +188,7 @@ def cmd_cycle(args: argparse.Namespace) -> int:
         raise SpecError("max-lr", f"must be a positive number, got {args.max_lr!r}")
     if args.cycle < 0 or args.cycle > spec.cycles:
         raise SpecError("cycle", f"must lie in [0, cycles={spec.cycles}], got {args.cycle}")
+    args.start = absolute(args.start)
     if args.cycle > 0 and not args.start:
         raise SpecError("start", f"cycle {args.cycle} needs --start, the checkpoint of cycle {args.cycle - 1}")
     if args.start:
@@ -286,7 +298,12 @@ def cmd_baselines(args: argparse.Namespace) -> int:
     from oracle_search import pipeline
 
     spec = spec_from_args(args)
-    options = _compare_options(args, spec)  # baselines runs silo_fit whenever this folder's study finished
+    # No fitting here: silo_fit's final runs come from this experiment's study when one finished a trial.
+    fit = pipeline.FitOptions(trials=0, seeds=args.fit_seeds, storage=args.study_storage,
+                              target_cycle=args.target_cycle)
+    fit.target(spec)
+    options = pipeline.CompareOptions(oracle=pipeline.OracleOptions(seeds=args.seeds), fit=fit,
+                                      eval_seeds=args.eval_seeds, silo_fit=False)
     check_inputs(args, spec)
     peaks = pipeline.baselines(spec, Path(args.out), options, args.address, args.callback)
     print("tuned peaks: " + ", ".join(f"{k} {v:.4g}" for k, v in peaks.items()))
@@ -367,16 +384,19 @@ def build_parser() -> Parser:
         o.add_argument("--fuse", type=int, default=0, help="max_lr candidates of one (seed, cycle) trained as one "
                        "fused network per trial (default 0: all of them with --gpus-per-trial, else 1)")
 
-    def fit_options(c: argparse.ArgumentParser, trials: int) -> None:
-        f = c.add_argument_group("SILO fitter")
-        f.add_argument("--trials", type=int, default=trials, help=f"Optuna trials the study should hold "
-                       f"(default {trials}); rerun with a larger number to add trials")
+    def study_options(f) -> None:  # what names the study: its seeds, storage and objective
         f.add_argument("--fit-seeds", type=int, default=1, help="tuning seeds each Optuna trial trains "
                        "(default 1; the objective is their mean)")
         f.add_argument("--study-storage", help="Optuna storage URL (PostgreSQL on clusters); default: a journal "
                        "file under --out")
         f.add_argument("--target-cycle", type=int, help="cycle whose validation accuracy is the objective "
                        "(default: the last)")
+
+    def fit_options(c: argparse.ArgumentParser, trials: int) -> None:
+        f = c.add_argument_group("SILO fitter")
+        f.add_argument("--trials", type=int, default=trials, help=f"Optuna trials the study should hold "
+                       f"(default {trials}); rerun with a larger number to add trials")
+        study_options(f)
         f.add_argument("--epsilon-range", help="LO:HI (log scale; default: half to twice the Oracle's dense "
                        "max_lr when this --out holds an Oracle run, else the grid's range)")
         f.add_argument("--delta-range", help="LO:HI (default 0:max of the grid)")
@@ -431,10 +451,7 @@ def build_parser() -> Parser:
     add_spec_options(c, cluster=True)
     c.add_argument("--seeds", type=int, default=3, help="tuning seeds (default 3)")
     eval_options(c)
-    fit_options(c, 0)
-    c.add_argument("--refine", type=int, default=3, help=argparse.SUPPRESS)
-    c.add_argument("--no-bracket", action="store_true", help=argparse.SUPPRESS)
-    c.add_argument("--fuse", type=int, default=0, help=argparse.SUPPRESS)
+    study_options(c.add_argument_group("the SILO fit whose final runs it adds, if one finished here"))
     c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
     c.set_defaults(run=cmd_baselines)
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 import typing
 from pathlib import Path
 from typing import Any, Sequence
+
+import tomli_w
 
 from trainables.presets import PRESETS
 from trainables.spec import ExperimentSpec, SpecError, upgrade_amp
@@ -166,8 +167,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
     the command line override them) and its spec fields go to spec_from_args as the base under the flags."""
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--config")
-    pre.add_argument("--print-config", action="store_true")
+    add_options(pre)
     known, _ = pre.parse_known_args(argv)
     commands = _subparsers(parser)
     command = next((a for a in argv if a in commands), None)
@@ -230,35 +230,10 @@ def dump(spec: ExperimentSpec, opts: dict[str, Any] | None = None) -> str:
     if d["resources"]["storage_path"]:
         d["resources"]["storage_path"] = redact(d["resources"]["storage_path"])
     opts = {k: redact(v) if k in SECRET_OPTIONS and isinstance(v, str) else v for k, v in (opts or {}).items()}
-    tables: dict[str, dict] = {}
-    top = {}
-    for key, value in d.items():
-        (tables if isinstance(value, dict) else top)[key] = value
-    lines = [f"{k} = {_value(v)}" for k, v in top.items() if v is not None]
-    for name, table in tables.items():
-        _table(name, table, lines)
-    if opts:
-        _table(OPTIONS_TABLE, opts, lines)
-    return "\n".join(lines) + "\n"
+    data = _without_none(d) | ({OPTIONS_TABLE: _without_none(opts)} if opts else {})
+    return tomli_w.dumps(data)
 
 
-def _table(name: str, table: dict, lines: list[str]) -> None:
-    lines += ["", f"[{name}]"]
-    lines += [f"{k} = {_value(v)}" for k, v in table.items() if v is not None and not isinstance(v, dict)]
-    for key, sub in table.items():
-        if isinstance(sub, dict):
-            _table(f"{name}.{key}", sub, lines)
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):  # repr is the shortest text that reads back as the same float
-        return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # a JSON string is a TOML basic string
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    raise TypeError(f"no TOML form for {v!r}")
+def _without_none(d: dict[str, Any]) -> dict[str, Any]:
+    """TOML has no null: an unset field (None) is left out, and reads back as its default."""
+    return {k: _without_none(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None}

@@ -100,15 +100,20 @@ def study_name(spec: ExperimentSpec, seeds: list[int], target: int) -> str:
     return f"silo-{spec.preset}-{fingerprint(spec, seeds, target)}"
 
 
+JOURNAL = "optuna-journal.log"
+
+
 def default_storage(out: Path) -> optuna.storages.BaseStorage:
     """A file-backed journal under --out: safe for parallel workers on one host (SQLite is not)."""
     from optuna.storages.journal import JournalFileBackend
 
-    return optuna.storages.JournalStorage(JournalFileBackend(str(out / "optuna-journal.log")))
+    return optuna.storages.JournalStorage(JournalFileBackend(str(out / JOURNAL)))
 
 
 def _requeue(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     """Queue a dead driver's trial again with its parameters, remembering the trial whose ledger rows it reuses."""
+    # By hand, not RetryFailedTrialCallback: that one keeps the retried trial's number in system attrs, which the
+    # live optuna.Trial that ask() returns no longer exposes (Optuna 5), and ask/tell needs it at once.
     study.enqueue_trial(trial.params, user_attrs={"resumes": trial.user_attrs.get("resumes", trial.number)})
 
 
@@ -144,6 +149,17 @@ def open_study(out: Path, spec: ExperimentSpec, storage_url: str | None, seeds: 
         # middle cycle on, and stop only the bottom quartile, since one seed's accuracy is noisy by a point.
         pruner=optuna.pruners.PercentilePruner(75.0, n_startup_trials=2,  # keeps the top 75 %
                                                n_warmup_steps=max(1, target // 2)))
+
+
+def existing_study(out: Path, spec: ExperimentSpec, storage_url: str | None, seeds: list[int],
+                   target: int) -> optuna.Study | None:
+    """The study of this experiment if one was made (by fit-silo or compare), without creating one."""
+    if storage_url is None and not (out / JOURNAL).exists():
+        return None
+    try:
+        return optuna.load_study(study_name=study_name(spec, seeds, target), storage=make_storage(out, storage_url))
+    except KeyError:  # Optuna's answer for a study name the storage does not hold
+        return None
 
 
 def suggest(trial: optuna.Trial, space: SearchSpace) -> SiloParams:
@@ -393,8 +409,8 @@ def _no_complete_trial(study: optuna.Study) -> str:
 
 def best_params(study: optuna.Study) -> SiloParams:
     """The best completed trial's parameters; FitFailed when no trial completed."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if not complete:
-        raise FitFailed(_no_complete_trial(study))
-    p = max(complete, key=lambda t: t.value).params
+    try:
+        p = study.best_trial.params
+    except ValueError:  # Optuna's answer when no trial completed
+        raise FitFailed(_no_complete_trial(study)) from None
     return SiloParams(epsilon=p["epsilon"], delta=p["delta"], q=int(p["q"]), beta=p["beta"])

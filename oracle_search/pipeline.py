@@ -310,7 +310,8 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
     target = options.fit.target(spec)
     with _runner(spec, Path(out), address, callbacks) as runner:
         # silo_fit runs when this experiment's study holds a finished trial, whatever `options.silo_fit` says
-        study = fitter.open_study(runner.out, runner.spec, options.fit.storage, tuning_seeds(spec, options.fit.seeds), target)
+        study = fitter.existing_study(runner.out, runner.spec, options.fit.storage,
+                                      tuning_seeds(spec, options.fit.seeds), target)
         peaks = run_baselines(runner, tuning_seeds(spec, options.oracle.seeds),
                               evaluation_seeds(spec, options.eval_seeds), list(spec.grid),
                               _silo_variants(runner, options, study))
