@@ -20,7 +20,8 @@ import trainables.cycle
 import trainables.fused
 from trainables.checkpoints import checkpoint_hash, load_checkpoint
 from trainables.cycle import make_optimizer, run_cycle, train_step
-from trainables.data import TensorData, load_data
+from trainables.data import TensorData
+from trainables.plugins import load_data
 from trainables.fused import Fused, FusedOptimizer, fused_step, run_fused_cycle
 from trainables import fused_native
 from trainables.models import MODELS
