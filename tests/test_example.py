@@ -6,9 +6,7 @@ import dataclasses
 import hashlib
 import io
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from oracle_search.config import base_spec, load
 from oracle_search.engine import Progress, Runner, Training
+from conftest import cli
 from trainables.spec import Resources
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this test module
@@ -34,18 +33,12 @@ def test_the_example_file_names_the_example_by_import_path():
     assert (spec.model, spec.dataset) == ("examples.custom_cnn.model:small_cnn", "examples.custom_cnn.data:bars")
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "oracle_search.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-
-
 @pytest.mark.slow
-def test_oracle_then_compare_run_the_example_from_its_experiment_file(tmp_path):
+def test_oracle_then_compare_run_the_example_from_its_experiment_file(ray_local, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)  # the file names the example by import path from the repository root
     out = tmp_path / "custom-cnn"
     config = str(EXAMPLE / "experiment.toml")
-    oracle = cli("oracle", "--config", config, "--out", str(out), *QUICK)
-    assert oracle.returncode == 0, oracle.stderr[-3000:]
+    assert cli(["oracle", "--config", config, "--out", str(out), *QUICK]) == 0, capsys.readouterr().err[-3000:]
     stored = json.loads((out / "spec.json").read_text())
     assert stored["model"] == "examples.custom_cnn.model:small_cnn" and stored["weights"] == "rewind"
     sources = json.loads((out / "sources.json").read_text())
@@ -54,8 +47,8 @@ def test_oracle_then_compare_run_the_example_from_its_experiment_file(tmp_path):
     oracle_rows = {p.name for p in (out / "ledger").glob("oracle-*.json")}
     assert len(oracle_rows) == 4  # 2 max_lr x 2 cycles; cycle 1 chained from the import-path model's checkpoint
 
-    compare = cli("compare", "--config", config, "--out", str(out), *QUICK, "--trials", "1")
-    assert compare.returncode == 0, compare.stderr[-3000:]
+    assert cli(["compare", "--config", config, "--out", str(out), *QUICK, "--trials", "1"]) == 0, \
+        capsys.readouterr().err[-3000:]
     rows = pd.read_parquet(out / "results.parquet")
     assert {"oracle", "constant", "cosine"} <= set(rows["method"])
     assert {p.name for p in (out / "ledger").glob("oracle-*.json")} == oracle_rows  # the Oracle was reused
@@ -70,24 +63,30 @@ def _where(module: str) -> str:
     return importlib.import_module(module).__file__
 
 
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory) -> Path:
+    """The example copied outside the repository under a fresh name, `custom_cnn_shipped`: only the driver can
+    import it from there (the folder returned, for sys.path). One copy for both tests: a process that joined a
+    cluster with one py_modules environment does not get another one applied when it joins again (Ray 2.60)."""
+    code = tmp_path_factory.mktemp("code")
+    shutil.copytree(EXAMPLE, code / "custom_cnn_shipped", ignore=shutil.ignore_patterns("__pycache__"))
+    (code / "custom_cnn_shipped" / "__init__.py").write_text("")
+    return code
+
+
 @pytest.mark.slow
-def test_the_users_module_reaches_the_workers_of_a_two_node_cluster(make_cluster, tmp_path, monkeypatch):
-    """The example, copied outside the repository under a fresh name: only the driver can import it from there,
-    so the workers on both nodes must get it through the runtime environment's py_modules."""
-    package = tmp_path / "code" / "custom_cnn_shipped"
-    shutil.copytree(EXAMPLE, package, ignore=shutil.ignore_patterns("__pycache__"))
-    (package / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+def test_the_users_module_reaches_the_workers_of_a_two_node_cluster(two_nodes, shipped, tmp_path, monkeypatch):
+    """The workers on both nodes must get the user's package through the runtime environment's py_modules."""
+    monkeypatch.syspath_prepend(str(shipped))
     spec = dataclasses.replace(
         base_spec("tiny", load(EXAMPLE / "experiment.toml").spec), cycles=1, epochs=2,
         model="custom_cnn_shipped.model:small_cnn", dataset="custom_cnn_shipped.data:bars",
-        resources=Resources(cpus_per_trial=1, storage_path=str(tmp_path / "shared")))
+        resources=Resources(cpus_per_trial=2, storage_path=str(tmp_path / "shared")))  # a node (2 CPUs) a trial
 
-    cluster = make_cluster(0)
-    nodes = {cluster.add_node(num_cpus=1).node_id, cluster.add_node(num_cpus=1).node_id}
+    nodes = two_nodes.nodes
     trial = lambda cycle, lr, start: Training(key=f"c{cycle}-lr{lr}", spec=spec, cycle=cycle, max_lr=lr, seed=0,
                                            start_checkpoint=start)
-    with Runner(out=tmp_path / "out", spec=spec, experiment="shipped", address=cluster.address,
+    with Runner(out=tmp_path / "out", spec=spec, experiment="shipped", address=two_nodes.address,
                 progress=Progress(io.StringIO())) as runner:
         first = runner.run([trial(0, lr, None) for lr in (0.05, 0.1, 0.2, 0.4)])
         best = max(first.values(), key=lambda r: r["val_acc"])
@@ -100,24 +99,8 @@ def test_the_users_module_reaches_the_workers_of_a_two_node_cluster(make_cluster
     assert {r["node_id"] for r in first.values()} == nodes  # both nodes imported the user's code
     assert all(r["start_hash"] == best["checkpoint_hash"] for r in second.values())  # the chain's fingerprint held
     assert all(r["density"] == pytest.approx(64.0, abs=0.1) for r in second.values())
-    assert not any(w.startswith(str(tmp_path)) for w in where)  # not the driver's copy...
+    assert not any(w.startswith(str(shipped)) for w in where)  # not the driver's copy...
     assert all("runtime_resources" in w for w in where)  # ...but the one Ray shipped
-
-
-@pytest.mark.slow
-def test_the_example_runs_through_the_python_api(tmp_path):
-    """`examples/custom_cnn/run.py`: compare by import path through `from oracle_search import ...`, returning the
-    results table and the report's path."""
-    out = tmp_path / "api"
-    done = subprocess.run([sys.executable, "-m", "examples.custom_cnn.run", str(out), "--quick"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert f"report: {out / 'report.html'}" in done.stdout
-    rows = pd.read_parquet(out / "results.parquet")
-    assert {"oracle", "silo_paper", "silo_fit", "warmup"} <= set(rows["method"])
-    spec = json.loads((out / "spec.json").read_text())
-    assert spec["model"] == "examples.custom_cnn.model:small_cnn" and spec["dataset"] == "examples.custom_cnn.data:bars"
-    assert set(rows[rows["stage"] == "final"]["seed"]) == {1000, 1001}
 
 
 def test_the_python_api_exports_the_pipeline():
@@ -131,25 +114,28 @@ def test_the_python_api_exports_the_pipeline():
 
 
 @pytest.mark.slow
-def test_compare_through_the_python_api_on_a_two_node_cluster(make_cluster, tmp_path, monkeypatch):
-    """The whole comparison, by import path, through `oracle_search.compare`, on two worker nodes that can import
-    the user's package only through the runtime environment Ray ships."""
-    import oracle_search
-    from oracle_search import CompareOptions, FitOptions, OracleOptions
+def test_the_examples_python_api_runs_compare_on_a_two_node_cluster(two_nodes, shipped, tmp_path, monkeypatch,
+                                                                   capsys):
+    """`examples/custom_cnn/run.py` (compare by import path through `from oracle_search import ...`, printing the
+    report's path), its quick mode on two worker nodes that can import the user's package only through the runtime
+    environment Ray ships: the copied example's own run.py, its spec pointed at the copy."""
+    import importlib
 
-    package = tmp_path / "code" / "custom_cnn_api"
-    shutil.copytree(EXAMPLE, package, ignore=shutil.ignore_patterns("__pycache__"))
-    (package / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path / "code"))
-    spec = dataclasses.replace(
-        base_spec("tiny", load(EXAMPLE / "experiment.toml").spec), cycles=1, epochs=1, grid=(0.1, 0.4),
-        model="custom_cnn_api.model:small_cnn", dataset="custom_cnn_api.data:bars",
-        resources=Resources(cpus_per_trial=1, storage_path=str(tmp_path / "shared")))
-    cluster = make_cluster(0)
-    nodes = {cluster.add_node(num_cpus=1).node_id, cluster.add_node(num_cpus=1).node_id}
-    options = CompareOptions(oracle=OracleOptions(seeds=1, refine=0), fit=FitOptions(trials=1), eval_seeds=2)
-    result = oracle_search.compare(spec, tmp_path / "out", options, address=cluster.address)
-    rows = result.results
-    assert {"oracle", "silo_paper", "silo_fit", "constant", "cosine"} <= set(rows["method"])
-    assert set(rows.loc[~rows["reused"], "node_id"]) == nodes  # both nodes trained the user's model
-    assert result.report.exists() and (tmp_path / "out" / "report.md").exists()
+    monkeypatch.syspath_prepend(str(shipped))
+    run = importlib.import_module("custom_cnn_shipped.run")
+    experiment = run.experiment
+    monkeypatch.setattr(run, "experiment", lambda **changes: experiment(**changes | dict(
+        model="custom_cnn_shipped.model:small_cnn", dataset="custom_cnn_shipped.data:bars", grid=(0.1, 0.4),
+        resources=Resources(cpus_per_trial=2, storage_path=str(tmp_path / "shared")))))  # a node a trial
+    monkeypatch.setenv("RAY_ADDRESS", two_nodes.address)  # as inside a Ray job: run.py names no cluster
+    out = tmp_path / "api"
+    run.main(str(out), quick=True)
+
+    assert f"report: {out / 'report.html'}" in capsys.readouterr().out
+    rows = pd.read_parquet(out / "results.parquet")
+    assert {"oracle", "silo_paper", "silo_fit", "warmup", "constant", "cosine"} <= set(rows["method"])
+    assert set(rows.loc[~rows["reused"], "node_id"]) == two_nodes.nodes  # both nodes trained the user's model
+    spec = json.loads((out / "spec.json").read_text())
+    assert spec["model"] == "custom_cnn_shipped.model:small_cnn" and spec["dataset"] == "custom_cnn_shipped.data:bars"
+    assert set(rows[rows["stage"] == "final"]["seed"]) == {1000, 1001}
+    assert (out / "report.md").exists()
