@@ -3,6 +3,7 @@ to a real token-protected `ray start --head` on this machine runs to its report 
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -14,16 +15,23 @@ import tempfile
 import time
 from pathlib import Path
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10, which pyproject claims: the backport it installs there
+    import tomli as tomllib
+
 import pandas as pd
 import pytest
 from packaging.requirements import Requirement
 
+from trainables.presets import PRESETS
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+TINY = PRESETS["tiny"].spec
 
 
 def test_the_install_provides_token_auth_and_job_submission():
-    tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     (ray,) = [Requirement(r) for r in project["dependencies"] if Requirement(r).name == "ray"]
     assert not ray.specifier.contains("2.58.0") and ray.specifier.contains("2.60.0")  # local token auth: >= 2.59
@@ -95,7 +103,9 @@ def head():
 
 
 @pytest.mark.slow
-def test_compare_submitted_as_a_ray_job_writes_its_results_and_report(head):
+def test_compare_submitted_as_a_ray_job_writes_its_results_and_report(head, tiny_compare):
+    """The job resumes a copy of the shared tiny `compare` whose cosine final runs are gone from the ledger: it
+    trains exactly those, on the head, and writes the table and the report."""
     url, env, tmp = head
     ray = str(BIN / "ray")
     job = ["--address", url]
@@ -105,10 +115,15 @@ def test_compare_submitted_as_a_ray_job_writes_its_results_and_report(head):
     assert refused.returncode != 0 and "token" in refused.stderr + refused.stdout  # the client needs the token
 
     out = tmp / "run"
+    shutil.copytree(tiny_compare.out, out, ignore=shutil.ignore_patterns("tune", "report*", "results.*", "tables"))
+    dropped = {p.stem for p in (out / "ledger").glob("*.json")
+               if (row := json.loads(p.read_text()))["method"] == "cosine" and row["stage"] == "final"}
+    assert len(dropped) >= 2  # both evaluation seeds' chains
+    for key in dropped:
+        (out / "ledger" / f"{key}.json").unlink()
     submit = subprocess.run(
         [ray, "job", "submit", *job, "--submission-id", "compare-1", "--no-wait", "--",
-         str(BIN / "oracle-search"), "compare", "--preset", "tiny", "--cycles", "1", "--grid", "0.03,0.3",
-         "--seeds", "1", "--eval-seeds", "2", "--refine", "0", "--trials", "2", "--out", str(out)],
+         str(BIN / "oracle-search"), *tiny_compare.argv, "--out", str(out)],
         env=env, capture_output=True, text=True, timeout=120)
     assert submit.returncode == 0, submit.stderr
     logs = subprocess.run([ray, "job", "logs", *job, "--follow", "compare-1"], env=env, capture_output=True,
@@ -120,10 +135,15 @@ def test_compare_submitted_as_a_ray_job_writes_its_results_and_report(head):
     assert "== 4/4 report ==" in logs.stdout and "report.html" in logs.stdout
     results = pd.read_parquet(out / "results.parquet")
     assert set(results["method"]) >= {"oracle", "constant", "cosine"}
-    assert sorted(results.loc[results["method"] == "oracle", "cycle"].unique()) == [0, 1]
+    assert sorted(results.loc[results["method"] == "oracle", "cycle"].unique()) == list(range(TINY.cycles + 1))
     assert (out / "report.md").read_text().startswith("#") and (out / "report.html").stat().st_size > 1000
-    # Every trial ran on this head (the job's RAY_ADDRESS), not on a second Ray started inside the job.
-    assert set(results["node_id"]) == {head_node_id(tmp)}
+    # Only the dropped trainings ran again, every one on this head (the job's RAY_ADDRESS), not on a second Ray
+    # started inside the job nor on the Ray that trained the rest.
+    copied = {json.loads(p.read_text())["trial_id"] for p in (tiny_compare.out / "ledger").glob("*.json")}
+    trained = results[~results["trial_id"].isin(copied) & ~results["reused"]]
+    assert sorted(trained["key"]) == sorted(dropped)
+    assert set(trained["node_id"]) == {head_node_id(tmp)}
+    assert head_node_id(tmp) not in set(results.loc[results["trial_id"].isin(copied), "node_id"])
 
 
 def head_node_id(tmp: Path) -> str:
