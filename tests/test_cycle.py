@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trainables.checkpoints import CheckpointError, checkpoint_hash, load_checkpoint
-from trainables.cycle import _prepare, run_cycle, train_step
+from trainables.cycle import prepare_cycle, run_cycle, train_step
 from trainables.plugins import build_model, load_data
 from trainables.presets import PRESETS
 from trainables.pruning import MaskedWeights, prunable
@@ -116,7 +116,7 @@ def test_chaining_errors(tmp_path):
 def _prepared(spec, start: str, seed: int = 0) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """The network cycle 1 would train: pruned, with weights set by the policy."""
     data = load_data(spec)
-    model, masks, _, _ = _prepare(spec, 1, seed, start, data, CPU)
+    model, masks, _, _ = prepare_cycle(spec, 1, seed, start, data, CPU)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, masks
 
 

@@ -11,7 +11,7 @@ from torchvision.models import VisionTransformer
 
 from oracle_search.cli import build_parser, spec_from_args
 from trainables.checkpoints import load_checkpoint
-from trainables.cycle import _prepare, run_cycle, train_step
+from trainables.cycle import prepare_cycle, run_cycle, train_step
 from trainables.plugins import load_data
 from trainables.models import MODELS
 from trainables.presets import PRESETS
@@ -466,8 +466,8 @@ def tiny_start(tmp_path, **changes):
 def test_cycle_prunes_random_by_the_trial_seed_and_keeps_the_output_layer(tmp_path):
     spec, start = tiny_start(tmp_path, pruner="random", prune_output=False)
     data = load_data(spec)
-    masks = {seed: _prepare(spec, 1, seed, start, data, torch.device("cpu"))[1] for seed in (0, 1)}
-    again = _prepare(spec, 1, 0, start, data, torch.device("cpu"))[1]
+    masks = {seed: prepare_cycle(spec, 1, seed, start, data, torch.device("cpu"))[1] for seed in (0, 1)}
+    again = prepare_cycle(spec, 1, 0, start, data, torch.device("cpu"))[1]
     output = list(masks[0])[-1]
     assert all(torch.equal(again[n], masks[0][n]) for n in masks[0])
     assert not all(torch.equal(masks[0][n], masks[1][n]) for n in masks[0])

@@ -71,7 +71,7 @@ def make_optimizer(o: OptimizerSpec, params, lr: float) -> torch.optim.Optimizer
     return torch.optim.RMSprop(params, lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
 
 
-def _autocast(device: torch.device, spec: ExperimentSpec):
+def forward_autocast(device: torch.device, spec: ExperimentSpec):
     return autocast(device, resolve_precision(spec.precision, device))
 
 
@@ -79,13 +79,13 @@ def _autocast(device: torch.device, spec: ExperimentSpec):
 def accuracy(model: nn.Module, data: TensorData, split: str, spec: ExperimentSpec, device: torch.device) -> float:
     model.eval()
     correct = torch.zeros((), device=device)
-    with _autocast(device, spec):
+    with forward_autocast(device, spec):
         for x, y in data.batches(split, max(spec.batch_size, 512)):
-            correct += (model(_layout(x, spec, device)).argmax(1) == y).sum()
+            correct += (model(input_layout(x, spec, device)).argmax(1) == y).sum()
     return 100.0 * float(correct) / data.size(split)
 
 
-def _layout(x: torch.Tensor, spec: ExperimentSpec, device: torch.device) -> torch.Tensor:
+def input_layout(x: torch.Tensor, spec: ExperimentSpec, device: torch.device) -> torch.Tensor:
     if x.dim() == 4 and device.type == "cuda" and spec.channels_last:
         return x.contiguous(memory_format=torch.channels_last)
     return x
@@ -109,14 +109,14 @@ def layer_statistics(model: nn.Module, masks: Masks, data: TensorData, spec: Exp
     x, y = next(data.batches("train", spec.batch_size))
     model.train()
     model.zero_grad(set_to_none=True)
-    nn.functional.cross_entropy(model(_layout(x, spec, device)), y).backward()
+    nn.functional.cross_entropy(model(input_layout(x, spec, device)), y).backward()
     params = prunable(model)
     grads = torch.cat([params[n].grad[masks[n]].flatten() for n in params if params[n].grad is not None])
     model.zero_grad(set_to_none=True)
     activations.clear()
     model.eval()
     with torch.no_grad():
-        model(_layout(next(data.batches("val", spec.batch_size))[0], spec, device))
+        model(input_layout(next(data.batches("val", spec.batch_size))[0], spec, device))
     for h in hooks:
         h.remove()
     acts = torch.cat(activations) if activations else torch.zeros(0)
@@ -129,11 +129,11 @@ def data_order(seed: int, cycle: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + cycle)
 
 
-def _state_copy(model: nn.Module) -> dict[str, torch.Tensor]:
+def state_copy(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def _prepare(spec: ExperimentSpec, cycle: int, seed: int, start_checkpoint: str | None, data: TensorData,
+def prepare_cycle(spec: ExperimentSpec, cycle: int, seed: int, start_checkpoint: str | None, data: TensorData,
              device: torch.device) -> tuple[nn.Module, Masks, dict | None, str]:
     """The network to train this cycle: fresh (cycle 0), or chained, pruned and set by the weights policy."""
     torch.manual_seed(seed)
@@ -168,8 +168,8 @@ def train_step(forward: nn.Module, optimizer: torch.optim.Optimizer, masked: Mas
                scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
     """One optimizer step on a batch, pruned weights kept at zero; returns the detached loss (no GPU sync).
     `scaler`: fp16's gradient scaler, which skips a step whose gradients overflowed."""
-    with _autocast(device, spec):
-        loss = nn.functional.cross_entropy(forward(_layout(x, spec, device)), y)
+    with forward_autocast(device, spec):
+        loss = nn.functional.cross_entropy(forward(input_layout(x, spec, device)), y)
     optimizer.zero_grad(set_to_none=True)
     if scaler is None:
         loss.backward()
@@ -199,9 +199,9 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
     spec = dataclasses.replace(spec, precision=resolve_precision(spec.precision, device))
     data = load_data(spec).to(device)
     clock.lap("data")
-    model, masks, rewind, start_hash = _prepare(spec, cycle, seed, start_checkpoint, data, device)
+    model, masks, rewind, start_hash = prepare_cycle(spec, cycle, seed, start_checkpoint, data, device)
     if cycle == 0 and spec.weights == "rewind" and spec.rewind_epoch == 0:
-        rewind = _state_copy(model)
+        rewind = state_copy(model)
     if device.type == "cuda" and spec.channels_last and len(data.input_shape) == 3:
         model = model.to(memory_format=torch.channels_last)
     forward = torch.compile(model) if spec.compile else model
@@ -215,7 +215,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
     generator = data_order(seed, cycle)
     clock.lap("prepare")
 
-    best_val, best_epoch, best_state = -1.0, 0, _state_copy(model)
+    best_val, best_epoch, best_state = -1.0, 0, state_copy(model)
     step, epochs_run, diverged = 0, 0, False
     for epoch in range(1, spec.epochs + 1):
         model.train()
@@ -234,9 +234,9 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
             break
         val = accuracy(forward, data, "val", spec, device)
         if val > best_val:  # its test accuracy is measured once, at the end, on these very weights
-            best_val, best_epoch, best_state = val, epoch, _state_copy(model)
+            best_val, best_epoch, best_state = val, epoch, state_copy(model)
         if cycle == 0 and spec.weights == "rewind" and epoch == spec.rewind_epoch:
-            rewind = _state_copy(model)
+            rewind = state_copy(model)
         clock.lap("evaluate")
         if on_epoch is not None:
             on_epoch({"epoch": epoch, "val_acc": val, "train_loss": float(epoch_loss) / steps_per_epoch, "lr": lr})
@@ -247,26 +247,39 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
         best_val = accuracy(forward, data, "val", spec, device)
     best_test = accuracy(forward, data, "test", spec, device)  # early stop: the best-validation epoch's weights
     clock.lap("evaluate")
+    result = finish_cycle(spec, model, masks, data, device, clock, cycle=cycle, seed=seed, peak=peak,
+                          rewind=rewind, best_val=best_val, best_test=best_test, best_epoch=best_epoch,
+                          epochs=epochs_run, diverged=diverged, start_hash=start_hash, checkpoint_dir=checkpoint_dir,
+                          seconds_so_far=time.perf_counter() - started)
+    if timings is not None:
+        timings["total"] = result.seconds
+    return result
+
+
+def finish_cycle(spec: ExperimentSpec, model: nn.Module, masks: Masks, data: TensorData, device: torch.device,
+                 clock: "_Clock | None" = None, *, cycle: int, seed: int, peak: float, rewind: dict | None, best_val: float,
+                 best_test: float, best_epoch: int, epochs: int, diverged: bool, start_hash: str,
+                 checkpoint_dir: str | Path | None, seconds_so_far: float) -> CycleResult:
+    """The end of a cycle, for `run_cycle` and for each candidate of a fused one: `model` holds the weights of the
+    best-validation epoch (the chained ones); measure §3.1's statistics on them, write the checkpoint, and make
+    the row. `seconds_so_far`: the training's time before this, to which this step's own time is added."""
+    started, clock = time.perf_counter(), clock or _Clock(None)
     grad_std, grad_hist, act_std, act_hist = layer_statistics(model, masks, data, spec, device)
     clock.lap("statistics")
-
     path, digest = "", ""
     if checkpoint_dir is not None:
-        payload = {"model": best_state, "masks": masks, "rewind": rewind, "cycle": cycle,
+        payload = {"model": state_copy(model), "masks": masks, "rewind": rewind, "cycle": cycle,
                    "fingerprint": spec.chain_fingerprint(),
                    "metrics": {"val_acc": best_val, "test_acc": best_test, "max_lr": peak, "seed": seed}}
         payload = {k: v for k, v in payload.items() if v is not None}
         digest = save_checkpoint(checkpoint_dir, _to_cpu(payload))
         path = str(checkpoint_dir)
     clock.lap("checkpoint")
-    seconds = time.perf_counter() - started
-    if timings is not None:
-        timings["total"] = seconds
     return CycleResult(
         cycle=cycle, seed=seed, max_lr=peak, density=density(masks), val_acc=best_val, test_acc=best_test,
-        best_epoch=best_epoch, epochs=epochs_run, seconds=seconds, device=str(device),
-        precision=spec.precision, diverged=diverged, grad_std=grad_std, act_std=act_std, grad_hist=grad_hist, act_hist=act_hist,
-        checkpoint=path, checkpoint_hash=digest, start_hash=start_hash)
+        best_epoch=best_epoch, epochs=epochs, seconds=seconds_so_far + time.perf_counter() - started,
+        device=str(device), precision=spec.precision, diverged=diverged, grad_std=grad_std, act_std=act_std,
+        grad_hist=grad_hist, act_hist=act_hist, checkpoint=path, checkpoint_hash=digest, start_hash=start_hash)
 
 
 class _Clock:

@@ -25,12 +25,11 @@ from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
 from trainables import fused_native
-from trainables.checkpoints import save_checkpoint
-from trainables.cycle import (CycleResult, _autocast, _layout, _prepare, _state_copy, _to_cpu, accuracy,
-                              layer_statistics, resolve_device)
+from trainables.cycle import (CycleResult, forward_autocast, input_layout, prepare_cycle, state_copy, accuracy, data_order,
+                              finish_cycle, resolve_device)
 from trainables.data import TensorData
 from trainables.plugins import load_data
-from trainables.pruning import Masks, density
+from trainables.pruning import Masks
 from trainables.precision import resolve_precision
 from trainables.schedules import cycle_peak, lr_at
 from trainables.spec import ExperimentSpec, OptimizerSpec
@@ -252,8 +251,8 @@ def fused_step(fused: Fused, optimizer: FusedOptimizer, masks: Masks, x: torch.T
                lr: torch.Tensor, spec: ExperimentSpec, device: torch.device) -> torch.Tensor:
     """One training step of every slot, as run_cycle takes one: masked gradients, update, re-zeroed pruned
     weights. Returns the per-slot losses (K,). Summing them does not mix candidates: d(sum)/d(loss_k) = 1."""
-    with _autocast(device, spec):
-        losses = fused_losses(fused, _layout(x, spec, device), y)
+    with forward_autocast(device, spec):
+        losses = fused_losses(fused, input_layout(x, spec, device), y)
     fused.zero_grad()
     losses.sum().backward()
     optimizer.step(lr, masks)
@@ -267,9 +266,9 @@ def fused_accuracy(fused: Fused, data: TensorData, split: str, spec: ExperimentS
     """`cycle.accuracy` of every slot, in one pass over the split."""
     fused.train(False)
     correct = torch.zeros(fused.size, device=device)
-    with _autocast(device, spec):
+    with forward_autocast(device, spec):
         for x, y in data.batches(split, max(spec.batch_size, 512)):
-            correct += (fused(_layout(x, spec, device)).argmax(-1) == y).sum(1)
+            correct += (fused(input_layout(x, spec, device)).argmax(-1) == y).sum(1)
     return [100.0 * c / data.size(split) for c in correct.tolist()]
 
 
@@ -294,8 +293,8 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
     spec = dataclasses.replace(spec, precision=resolve_precision(spec.precision, device))
     data = load_data(spec).to(device)
     # One prune of the shared start: every candidate's mask is this one, broadcast over the stack.
-    model, masks, rewind, start_hash = _prepare(spec, cycle, seed, start_checkpoint, data, device)
-    start_state = _state_copy(model)
+    model, masks, rewind, start_hash = prepare_cycle(spec, cycle, seed, start_checkpoint, data, device)
+    start_state = state_copy(model)
     k = len(max_lrs)
     peaks = [cycle_peak(spec.schedule, cycle, spec.rate, lr) for lr in max_lrs]
     capture_rewind = cycle == 0 and spec.weights == "rewind"
@@ -311,7 +310,7 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
     steps_per_epoch = -(-data.size("train") // spec.batch_size)
     total = spec.epochs * steps_per_epoch
     # The same data order as run_cycle's for this (seed, cycle): every candidate sees the same batches.
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + cycle)
+    generator = data_order(seed, cycle)
 
     active = list(range(k))  # slot -> candidate
     best = {name: t.detach().clone() for name, t in (fused.params | fused.buffers).items()}  # per candidate
@@ -363,25 +362,14 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
             if best_epoch[c] == 0:
                 best_val[c], best_test[c] = start_val, start_test
 
-    seconds = (time.perf_counter() - started) / k
+    seconds = (time.perf_counter() - started) / k  # each candidate's share of the fused training
     results = []
     for c in range(k):
-        state = {name: best[name][c].clone() for name in model.state_dict()}
-        model.load_state_dict(state)  # the chained weights are those of the best-validation epoch
-        grad_std, grad_hist, act_std, act_hist = layer_statistics(model, masks, data, spec, device)
-        path, digest = "", ""
-        if checkpoint_dirs is not None:
-            payload = {"model": state, "masks": masks, "rewind": rewinds[c], "cycle": cycle,
-                       "fingerprint": spec.chain_fingerprint(),
-                       "metrics": {"val_acc": best_val[c], "test_acc": best_test[c], "max_lr": peaks[c],
-                                   "seed": seed}}
-            payload = {key: v for key, v in payload.items() if v is not None}
-            digest = save_checkpoint(checkpoint_dirs[c], _to_cpu(payload))
-            path = str(checkpoint_dirs[c])
-        results.append(CycleResult(
-            cycle=cycle, seed=seed, max_lr=peaks[c], density=density(masks), val_acc=best_val[c],
-            test_acc=best_test[c], best_epoch=best_epoch[c], epochs=epochs_run[c], seconds=seconds,
-            device=str(device), precision=spec.precision, diverged=diverged[c], grad_std=grad_std, act_std=act_std,
-            grad_hist=grad_hist, act_hist=act_hist, checkpoint=path, checkpoint_hash=digest, start_hash=start_hash))
+        model.load_state_dict({name: best[name][c] for name in model.state_dict()})  # its best-validation epoch
+        results.append(finish_cycle(
+            spec, model, masks, data, device, cycle=cycle, seed=seed, peak=peaks[c],
+            rewind=rewinds[c], best_val=best_val[c], best_test=best_test[c], best_epoch=best_epoch[c],
+            epochs=epochs_run[c], diverged=diverged[c], start_hash=start_hash,
+            checkpoint_dir=None if checkpoint_dirs is None else checkpoint_dirs[c], seconds_so_far=seconds))
     return results
 
