@@ -96,7 +96,9 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
         if outcomes:  # the dense best at every cycle: §3.1's statistics at one fixed max_lr
             values = sorted({*values, outcomes[0].choice.best})
         say(f"oracle cycle {cycle}: {len(values)} max_lr x {len(seeds)} seed(s)")
-        rows = earlier_rows(runner, cycle, starts)
+        # The rounds see only their own rows, so a rerun with the same options replays them from the ledger and
+        # trains nothing new; the choice then counts every row of this cycle from the same starts.
+        rows: dict[str, dict] = {}
         stage, rounds, choice = Stage.GRID, 0, None
         while values:
             trials = [oracle_trial(runner, cycle, s, lr, starts[s], stage) for s in seeds for lr in values]
@@ -106,6 +108,8 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
                 break
             values = next_values(choice, grid)
             stage, rounds = Stage.REFINE, rounds + 1 if values else rounds
+        rows |= earlier_rows(runner, cycle, starts)
+        choice = choose(Curve.from_rows(rows.values()))
         if choice is None:
             say(f"  cycle {cycle}: every max_lr diverged on some seed; the Oracle stops here")
             runner.write_results()

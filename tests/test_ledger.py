@@ -105,3 +105,18 @@ def test_after_a_rerun_with_fewer_refinement_rounds_the_analysis_b_is_the_chaine
     for seed, rows in oracle[oracle["cycle"] == 1].groupby("seed"):
         picked = oracle[(oracle["cycle"] == 0) & (oracle["seed"] == seed) & oracle["selected"]]
         assert set(rows["start_hash"]) == {picked["checkpoint_hash"].item()}
+
+
+@pytest.mark.slow
+def test_a_rerun_with_the_same_options_trains_nothing(ray_local, tmp_path):
+    """The refinement rounds replay from the ledger: with the earlier rows counted up front, a rerun used to
+    start its rounds from the first run's final choice and train `--refine` more rounds per cycle."""
+    out = tmp_path / "run"
+    assert cli.main([*ORACLE, "--refine", "2", "--out", str(out)]) == 0
+    before = read_results(out)
+    trained = sorted((out / "ledger").glob("*.json"))
+    assert cli.main([*ORACLE, "--refine", "2", "--out", str(out)]) == 0
+    assert sorted((out / "ledger").glob("*.json")) == trained
+    after = read_results(out)
+    assert len(after) == len(before)
+    assert after["selected"].tolist() == before["selected"].tolist()
