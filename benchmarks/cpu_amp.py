@@ -6,7 +6,7 @@ Make the two runs first (same seeds, same data order; only the arithmetic differ
     oracle-search oracle --out runs/amp-bf16
     python benchmarks/cpu_amp.py runs/amp-fp32 runs/amp-bf16
 
-Printed: per cycle, each run's b and noise-aware interval and whether each b lies inside the other run's interval;
+Printed: per cycle, each run's b and "not shown worse" interval and whether each b lies inside the other run's interval;
 at cycle 0, where both runs start from the same initial weights, the paired differences in validation accuracy of
 every (seed, max_lr) that neither run diverged on; every later cycle's differences of the same (seed, max_lr) for
 scale (there the runs start from their own chained checkpoints, so these are not pairs); and the step time
@@ -68,7 +68,7 @@ def main() -> None:
 
     chosen = {name: oracle_intervals(df).set_index("cycle") for name, df in frames.items()}
     a, b = chosen["fp32"], chosen["bf16"]
-    print("cycle  density  b fp32  noise-aware fp32    b bf16  noise-aware bf16   each b in the other's")
+    print("cycle  density  b fp32  not-shown-worse fp32   b bf16  not-shown-worse bf16  each b in the other's")
     for c in a.index.intersection(b.index):
         x, y = a.loc[c], b.loc[c]
         print(f"{c:5d}  {x['density']:6.2f}%  {x['best_max_lr']:6.4g}  [{x['noise_lo']:.4g}, {x['noise_hi']:.4g}]"

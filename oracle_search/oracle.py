@@ -121,14 +121,14 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
         runner.write_results()
         say(f"  cycle {cycle} density {outcomes[-1].density:.1f}%: best max_lr {choice.best:.4g} "
             f"(val {choice.best_acc:.1f} over {choice.n_seeds} seed(s)), interval [{choice.lo:.4g}, {choice.hi:.4g}], "
-            f"noise-aware [{choice.noise_lo:.4g}, {choice.noise_hi:.4g}], {len(choice.values)} values"
+            f"not shown worse [{choice.noise_lo:.4g}, {choice.noise_hi:.4g}], {len(choice.values)} values"
             f"{'' if choice.unimodal else ', NOT unimodal'} [{runner.progress.elapsed()}]")
     return outcomes
 
 
 def oracle_table(outcomes: list[CycleOutcome]) -> str:
     """λ | Oracle max_lr | both intervals | seed-mean validation and test accuracy, one line per cycle."""
-    lines = [f"{'cycle':>5} {'λ %':>6} {'max_lr':>8} {'interval':>18} {'noise-aware':>18} {'val %':>12} "
+    lines = [f"{'cycle':>5} {'λ %':>6} {'max_lr':>8} {'interval':>18} {'not shown worse':>18} {'val %':>12} "
              f"{'test %':>6} {'values':>6}"]
     for o in outcomes:
         c = o.choice
