@@ -84,6 +84,7 @@ def test_presets_lists_the_embedded_ones(capsys):
     assert {"mnist1d-mlp", "digits-mlp", "tiny"} <= names
 
 
+@pytest.mark.slow  # a real training of several seconds: the fast lane stays under a minute
 def test_cycle_json_row_and_chain(capsys, tmp_path):
     code, out, err = run(capsys, "cycle", "--preset", "tiny", "--max-lr", "0.1", "--cycle", "0",
                          "--out", str(tmp_path / "run"), "--json")
@@ -103,6 +104,7 @@ def test_cycle_json_row_and_chain(capsys, tmp_path):
     assert row["method"] == row["schedule"] == "warmup" and row["epsilon"] is None  # not SILO: no curve
 
 
+@pytest.mark.slow  # a real training of several seconds: the fast lane stays under a minute
 def test_cycle_json_silo_row_carries_its_curve(capsys, tmp_path):
     code, out, err = run(capsys, "cycle", "--preset", "tiny", "--schedule", "silo", "--max-lr", "0.3",
                          "--cycle", "0", "--out", str(tmp_path / "run"), "--json")

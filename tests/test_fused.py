@@ -371,6 +371,7 @@ def test_fused_trainer_and_its_benchmark_need_only_torch_and_numpy():
     assert all(float(v) > 0 for line in lines for v in line[3:8])  # ms/step, images/s and their ratio
 
 
+@pytest.mark.slow  # a real training of several seconds: the fast lane stays under a minute
 def test_fused_trials_through_tune_match_in_process(ray_local, tmp_path):
     """fused_cycle_trainable in a real Tuner (cycle 0, and cycle 1 from a start checkpoint): one result holding
     K rows, one checkpoint with a chainable subfolder per candidate, the numbers of run_fused_cycle here."""

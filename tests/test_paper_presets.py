@@ -102,10 +102,10 @@ def quick(name, data_root):
         precision="fp32")  # as `counted` below evaluates: bf16 could flip one of these few samples
 
 
+@pytest.mark.slow  # a real (if short) training of each paper network: 15-35 s apiece on 2 cores
 @pytest.mark.parametrize("name", [
-    "resnet20-cifar10", "vgg19-cifar10", "densenet40-cifar100", "mobilenetv2-cifar100",
-    pytest.param("resnet50-imagenet", marks=pytest.mark.slow),
-    pytest.param("vit-b16-cifar10", marks=pytest.mark.slow),
+    "resnet20-cifar10", "vgg19-cifar10", "densenet40-cifar100", "mobilenetv2-cifar100", "resnet50-imagenet",
+    "vit-b16-cifar10",
 ])
 def test_preset_runs_a_dense_and_a_pruned_cycle(name, data_root, tmp_path):
     spec = quick(name, data_root)

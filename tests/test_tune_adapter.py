@@ -17,6 +17,7 @@ COMPARED = ("val_acc", "test_acc", "best_epoch", "density", "max_lr", "epochs", 
             "start_hash")
 
 
+@pytest.mark.slow  # a real training of several seconds: the fast lane stays under a minute
 def test_tuner_trials_match_in_process_cycles(ray_local, tmp_path):
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # a trial gets 1 CPU, so it trains on one thread
