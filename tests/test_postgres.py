@@ -80,11 +80,12 @@ def test_two_processes_share_one_study(pg_url):
 @pytest.mark.slow
 def test_fit_silo_keeps_its_study_in_postgres_and_never_writes_the_password(pg_url, tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run([CLI, "fit-silo", "--preset", "tiny", "--trials", "2", "--study-storage", pg_url,
-                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([CLI, "fit-silo", "--preset", "tiny", "--precision", "fp32", "--trials", "2",
+                           "--study-storage", pg_url, "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     summaries = {s.study_name: s.n_trials for s in optuna.get_all_study_summaries(storage=pg_url)}
-    assert summaries.get(study_name(PRESETS["tiny"].spec, [0], PRESETS["tiny"].spec.cycles)) == 2
+    spec = dataclasses.replace(PRESETS["tiny"].spec, precision="fp32")  # the study's name holds the precision
+    assert summaries.get(study_name(spec, [0], spec.cycles)) == 2
     assert not (out / "optuna-journal.log").exists()  # the study lives in PostgreSQL, not the default journal
     report = subprocess.run([CLI, "report", str(out)], capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr
@@ -97,8 +98,8 @@ def test_fit_silo_keeps_its_study_in_postgres_and_never_writes_the_password(pg_u
 
 # --- several drivers on one study ---------------------------------------------------------------------------------
 
-FAST = ["--preset", "tiny", "--cycles", "1", "--epochs", "2"]
-FAST_SPEC = dataclasses.replace(PRESETS["tiny"].spec, cycles=1, epochs=2)
+FAST = ["--preset", "tiny", "--cycles", "1", "--epochs", "2", "--precision", "fp32"]
+FAST_SPEC = dataclasses.replace(PRESETS["tiny"].spec, cycles=1, epochs=2, precision="fp32")
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
