@@ -7,21 +7,10 @@ import pytest
 
 from analysis.intervals import count_inside, oracle_intervals, seed_intervals
 from oracle_search.schema import results_frame
+from oracle_rows import oracle_rows
 
 
-def chain(cycles: dict[int, tuple[float, dict[float, list[float]]]], diverged=frozenset()) -> list[dict]:
-    """Oracle rows: per cycle (the value chained forward, {max_lr: val_acc of seeds 0, 1, ...}); every seed's
-    cycle-m rows start from its selected cycle-(m-1) checkpoint."""
-    rows = []
-    for cycle, (best, accs) in sorted(cycles.items()):
-        for lr, per_seed in accs.items():
-            for seed, acc in enumerate(per_seed):
-                rows.append({"experiment": "t", "method": "oracle", "stage": "grid", "seed": seed, "cycle": cycle,
-                             "density": 100 * 0.8**cycle, "max_lr": lr, "val_acc": acc, "test_acc": acc - 2,
-                             "selected": lr == best, "diverged": (cycle, lr, seed) in diverged,
-                             "checkpoint_hash": f"s{seed}c{cycle}lr{lr}",
-                             "start_hash": f"s{seed}c{cycle - 1}lr{cycles[cycle - 1][0]}" if cycle else ""})
-    return rows
+chain = oracle_rows
 
 
 def silo(method: str, lrs: dict[int, float], seeds=(10, 11), **params) -> list[dict]:

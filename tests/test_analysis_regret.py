@@ -9,25 +9,14 @@ import pytest
 
 from analysis.regret import end_to_end, oracle_curves, regret_table, verdict_table
 from oracle_search.schema import results_frame
+from oracle_rows import oracle_rows
 
 T2 = 4.302652729911275  # t(0.975, 2)
 T1 = 12.706204736174707  # t(0.975, 1)
 X = 0.1 * 2 ** 0.25  # a quarter of the way from 0.1 to 0.2 in ln x (0.189 of the way in x)
 
 
-def oracle(cycles: dict[int, tuple[float, dict[float, dict[int, float]]]], diverged=frozenset()) -> list[dict]:
-    """Oracle rows: per cycle (the value chained forward, {max_lr: {seed: val_acc}}); a seed's cycle-m rows start
-    from its selected cycle-(m−1) checkpoint. `diverged` holds (cycle, max_lr, seed)."""
-    rows = []
-    for cycle, (chosen, accs) in sorted(cycles.items()):
-        for lr, per_seed in accs.items():
-            for seed, acc in per_seed.items():
-                rows.append({"experiment": "t", "method": "oracle", "stage": "grid", "seed": seed, "cycle": cycle,
-                             "density": 100 * 0.8**cycle, "max_lr": lr, "val_acc": acc, "test_acc": acc - 2,
-                             "selected": lr == chosen, "diverged": (cycle, lr, seed) in diverged,
-                             "checkpoint_hash": f"s{seed}c{cycle}lr{lr}",
-                             "start_hash": f"s{seed}c{cycle - 1}lr{cycles[cycle - 1][0]}" if cycle else ""})
-    return rows
+oracle = oracle_rows
 
 
 def final(method: str, lrs: dict[int, float], test: dict[int, list[float]] | None = None,

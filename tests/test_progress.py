@@ -228,18 +228,23 @@ def test_wandb_without_an_api_key_is_refused_at_the_command_line(tmp_path, monke
     assert callbacks.callback_name("wandb") == "wandb"
 
 
+def two_trials_logged_to(tracker: str, out) -> dict[str, dict]:
+    """Two real tiny trainings through the Runner with `tracker`'s Tune logger callback attached."""
+    from oracle_search.callbacks import callback_name, logger_callbacks
+
+    trials = [Training(key=f"lr{lr}", spec=TINY, cycle=0, max_lr=lr, seed=0, start_checkpoint=None,
+                       tags={"method": "oracle", "stage": "grid"}) for lr in (0.03, 0.3)]
+    with Runner(out=out, spec=TINY, experiment="tiny", progress=Progress(io.StringIO()),
+                callbacks=logger_callbacks([callback_name(tracker)], out, "tiny")) as runner:
+        return runner.run(trials)
+
+
 @pytest.mark.slow
 def test_callback_mlflow_logs_epoch_curves_and_the_final_row_of_every_trial(ray_local, tmp_path, monkeypatch):
     mlflow = pytest.importorskip("mlflow", reason="mlflow-skinny is in the test extra")
-    from oracle_search.callbacks import callback_name, logger_callbacks
-
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     out = tmp_path / "run"
-    trials = [Training(key=f"lr{lr}", spec=TINY, cycle=0, max_lr=lr, seed=0, start_checkpoint=None,
-                    tags={"method": "oracle", "stage": "grid"}) for lr in (0.03, 0.3)]
-    with Runner(out=out, spec=TINY, experiment="tiny", progress=Progress(io.StringIO()),
-                callbacks=logger_callbacks([callback_name("mlflow")], out, "tiny")) as runner:
-        rows = runner.run(trials)
+    rows = two_trials_logged_to("mlflow", out)
     client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
     (experiment,) = [e for e in client.search_experiments() if e.name == "tiny"]
     runs = client.search_runs([experiment.experiment_id])
@@ -285,17 +290,11 @@ def wandb_records(path: Path) -> list:
 def test_callback_wandb_logs_offline_the_epoch_curves_and_the_final_row_of_every_trial(ray_local, tmp_path,
                                                                                        monkeypatch):
     pytest.importorskip("wandb", reason="wandb is in the test extra")
-    from oracle_search.callbacks import callback_name, logger_callbacks
-
     monkeypatch.setenv("WANDB_MODE", "offline")  # no account, no network: the run's files stay under --out
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_PROJECT", "oracle-search-test")
     out = tmp_path / "run"
-    trials = [Training(key=f"lr{lr}", spec=TINY, cycle=0, max_lr=lr, seed=0, start_checkpoint=None,
-                    tags={"method": "oracle", "stage": "grid"}) for lr in (0.03, 0.3)]
-    with Runner(out=out, spec=TINY, experiment="tiny", progress=Progress(io.StringIO()),
-                callbacks=logger_callbacks([callback_name("wandb")], out, "tiny")) as runner:
-        rows = runner.run(trials)
+    rows = two_trials_logged_to("wandb", out)
 
     logs = {}  # trial id -> records, once each run's log holds its exit record (wandb writes it on finishing)
     deadline = time.monotonic() + 120
