@@ -113,6 +113,21 @@ def _silo_fit_note(out_dir: Path) -> str | None:
             "δ by validation accuracy at the last cycle.")
 
 
+def _silo_paper_note(out_dir: Path) -> str | None:
+    """silo_paper's δ search as the driver recorded it (silo_paper.json), flagged when δ is not bracketed."""
+    path = out_dir / "silo_paper.json"
+    if not path.exists():
+        return None
+    sp = json.loads(path.read_text())
+    if sp.get("delta") is None:
+        return "SILO (paper): every δ tried diverged; it is left out."
+    tried = ", ".join(f"{d:.4g}" for d in sp["delta_candidates"])
+    line = f"SILO (paper): δ = {sp['delta']:.4g} (ε = {sp['epsilon']:.4g}), chosen among δ ∈ {{{tried}}}"
+    if sp["delta_bracketed"]:
+        return line + f"; bracketed: its trained neighbours lie within ×{sp['bracket_ratio']:g}."
+    return line + f". **δ is not bracketed: {sp['delta_open']}**, so a better δ may lie beyond what was tried."
+
+
 def _summary_section(df: pd.DataFrame, spec: dict | None, tol: float) -> Section:
     """The answer first: does SILO beat not adapting and the best constant in hindsight, the controls, the end-to-end
     comparison, SILO's cost against the Oracle's, the best method per density; then the regret figure."""
@@ -247,8 +262,9 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE) -> dict[str, Pa
         df = results_frame(df.to_dict("records")) if set(REQUIRED) <= set(df.columns) else df
         sections = [_summary_section(df, spec, tolerance), _oracle_section(df, spec, tolerance),
                     _regret_section(df), _accuracy_section(df), _cost_section(df), _statistics_section(df)]
-    if not df.empty and (note := _silo_fit_note(out_dir)) is not None:
-        sections[0].notes.append(note)
+    for note in (_silo_fit_note(out_dir), _silo_paper_note(out_dir)):
+        if not df.empty and note is not None:
+            sections[0].notes.append(note)
     if not df.empty and (note := estimate_note(out_dir)) is not None:  # the cost expected, and the time taken
         next(s for s in sections if s.title == "Cost").notes.append(note)
     if not df.empty and (plots := [Plot(n, c, png) for n, c, png in study_figures(out_dir)]):

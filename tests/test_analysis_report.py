@@ -404,3 +404,21 @@ def test_cost_csv_counts_the_trainings_each_method_ran(report):
                                            "warmup": 22}
     assert cost["reused"].to_dict() == {"oracle": 0, "silo_paper": 1, "silo_fit": 0, "constant": 0, "warmup": 0}
     assert cost["epochs"].to_dict() == {m: 20 * n for m, n in cost["trainings"].items()}
+
+
+def test_the_report_flags_an_unbracketed_delta_and_says_a_bracketed_ones_neighbours(tmp_path):
+    from analysis.report import _silo_paper_note
+
+    assert _silo_paper_note(tmp_path) is None  # no silo_paper here
+    record = {"epsilon": 0.1, "delta": 0.005, "delta_candidates": [0.005, 0.01, 0.05], "delta_bracketed": False,
+              "delta_open": "δ sits at the bottom of its range", "bracket_ratio": 1.25}
+    (tmp_path / "silo_paper.json").write_text(json.dumps(record))
+    note = _silo_paper_note(tmp_path)
+    assert "δ = 0.005" in note and "{0.005, 0.01, 0.05}" in note
+    assert "**δ is not bracketed: δ sits at the bottom of its range**" in note
+    (tmp_path / "silo_paper.json").write_text(json.dumps(record | {"delta": 0.01, "delta_bracketed": True,
+                                                                    "delta_open": None}))
+    note = _silo_paper_note(tmp_path)
+    assert "not bracketed" not in note and "within ×1.25" in note
+    (tmp_path / "silo_paper.json").write_text(json.dumps(record | {"delta": None}))
+    assert "every δ tried diverged" in _silo_paper_note(tmp_path)
