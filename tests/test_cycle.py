@@ -38,6 +38,7 @@ def digits_chain(tmp_path_factory):
     return results
 
 
+@pytest.mark.slow  # the embedded default's full 20-epoch training
 def test_mnist1d_dense_cycle_at_its_best_grid_value():
     # Measured here: val 80.7 %, test 79.7 % at max_lr 0.32 (the best of the preset's grid).
     r = run_cycle(PRESETS["mnist1d-mlp"].spec, cycle=0, max_lr=0.32, seed=0)

@@ -66,7 +66,8 @@ def _separate_steps(model: nn.Module, masks, o: OptimizerSpec, lr: float, batche
 # fast; ResNet-20 once more through vmap, the path of the models the native layers do not cover (DenseNet).
 CASES = [("mlp", "sgd", 32, 2, True), ("mlp", "adam", 32, 2, True), ("mlp", "rmsprop", 32, 2, True),
          ("resnet20", "sgd", 32, 2, True), ("resnet20", "adam", 32, 2, True), ("resnet20", "rmsprop", 16, 2, True),
-         ("mobilenetv2", "sgd", 16, 2, True), ("vgg19_bn", "sgd", 16, 1, True), ("alexnet", "sgd", 32, 2, True),
+         pytest.param("mobilenetv2", "sgd", 16, 2, True, marks=pytest.mark.slow), pytest.param("vgg19_bn", "sgd", 16, 1, True, marks=pytest.mark.slow),
+         ("alexnet", "sgd", 32, 2, True),
          ("resnet20", "sgd", 16, 2, False), ("densenet40", "sgd", 16, 1, False)]
 NATIVE = ["mlp", "resnet20", "vgg19_bn", "mobilenetv2", "alexnet"]
 
@@ -191,7 +192,7 @@ def _kernel_ops(step) -> collections.Counter:
                                e.name not in NO_KERNEL)
 
 
-@pytest.mark.parametrize("name", ["resnet20", "vgg19_bn"])
+@pytest.mark.parametrize("name", ["resnet20", pytest.param("vgg19_bn", marks=pytest.mark.slow)])
 def test_a_fused_step_issues_about_the_ops_of_one_model(name):
     """torch.profiler on the CPU: a fused SGD step (momentum, weight decay, masks) of K = 8 candidates issues at
     most 1.2x the kernel-launching aten ops of one model's step through run_cycle's train_step; the vmap path,
@@ -272,8 +273,8 @@ CHAINS = [
     # The case that failed in float32 on AVX2 (see CPU_SPEC): Adam, eight epochs, digits.
     pytest.param(dataclasses.replace(PRESETS["digits-mlp"].spec, device="cpu", precision="fp32", epochs=8,
                                      optimizer=OptimizerSpec("adam", 0, 1e-4), grid=(0.001, 0.003, 0.01)), 0,
-                 id="mlp-digits-adam"),
-    pytest.param(dataclasses.replace(IMAGE_SPEC, model="resnet20"), 8, id="resnet20"),
+                 id="mlp-digits-adam", marks=pytest.mark.slow),
+    pytest.param(dataclasses.replace(IMAGE_SPEC, model="resnet20"), 8, id="resnet20", marks=pytest.mark.slow),
     pytest.param(dataclasses.replace(IMAGE_SPEC, model="mobilenetv2"), 8, id="mobilenetv2",
                  marks=pytest.mark.slow),
     pytest.param(dataclasses.replace(IMAGE_SPEC, model="vgg19_bn"), 16, id="vgg19_bn", marks=pytest.mark.slow),
@@ -358,6 +359,7 @@ def _python(code: str, *args: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch: seconds
 def test_fused_trainer_and_its_benchmark_need_only_torch_and_numpy():
     """`import trainables.fused` pulls no Ray, Optuna or dataset package, and the GPU benchmark runs (here on the
     CPU, a few steps) with every other package unimportable."""

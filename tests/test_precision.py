@@ -121,6 +121,7 @@ def test_a_run_resolves_auto_once_and_a_resumed_run_keeps_it(tmp_path, ray_local
         prepare_out(out, dataclasses.replace(recorded, epochs=recorded.epochs + 1))
 
 
+@pytest.mark.slow  # a Ray task in a worker of its own environment: seconds
 def test_the_probe_asks_the_worker_not_the_driver(ray_local):
     from oracle_search.engine import probe_precision
 
