@@ -181,6 +181,8 @@ def cmd_silo_curve(args: argparse.Namespace) -> int:
 
 
 def cmd_cycle(args: argparse.Namespace) -> int:
+    import torch
+
     from trainables.cycle import run_cycle
 
     spec = spec_from_args(args)
@@ -198,8 +200,13 @@ def cmd_cycle(args: argparse.Namespace) -> int:
     check_inputs(args, spec)
     out = Path(args.out)
     ckpt = out / f"cycle{args.cycle:02d}-seed{spec.seed}-lr{args.max_lr:.6g}"
-    result = run_cycle(spec, cycle=args.cycle, max_lr=args.max_lr, seed=spec.seed, start_checkpoint=args.start,
-                       checkpoint_dir=ckpt)
+    before = torch.get_num_threads()
+    torch.set_num_threads(spec.resources.threads)  # as a trial of the same spec runs (tune_adapter._trial_spec)
+    try:
+        result = run_cycle(spec, cycle=args.cycle, max_lr=args.max_lr, seed=spec.seed, start_checkpoint=args.start,
+                           checkpoint_dir=ckpt)
+    finally:
+        torch.set_num_threads(before)
     row = result.row() | {"experiment": out.name, "method": spec.schedule.name, "stage": "single",
                           "schedule": spec.schedule.name, "selected": True, "trial_id": "",
                           "stopped_early": False}
@@ -431,6 +438,8 @@ def build_parser() -> Parser:
     c.add_argument("--start", help="checkpoint directory of cycle m-1 (required for m >= 1)")
     c.add_argument("--out", required=True, help="folder for the checkpoint")
     c.add_argument("--json", action="store_true", help="print the results-table row as JSON")
+    c.add_argument("--cpus-per-trial", type=float, help="torch threads: this many whole CPUs, as a trial of "
+                   "the same spec runs (default 1, the trials' default)")
     c.set_defaults(run=cmd_cycle)
 
     c = sub.add_parser("oracle", help="grid-search max_lr at every cycle on Ray Tune, chaining the best")

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,7 +39,8 @@ from trainables.spec import ExperimentSpec, SpecError
 TYPICAL_ORACLE_VALUES_PER_ROUND = 3
 TYPICAL_DELTA_ROUNDS = 1
 MOST_ORACLE_VALUES_PER_ROUND = 4  # one per edge of the two intervals (selection.next_values)
-PROBE_STEPS = 20
+PROBE_STEPS = 100
+MAX_PROBES = 64  # copies of the probe at once on a cluster (each holds one trial's resources)
 _EPS = 1e-9
 
 
@@ -242,20 +244,29 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> dict:
             "steps_per_epoch": per_epoch, "device": str(device)}
 
 
-def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None) -> dict:
-    """`time_epoch` where a trial runs, with torch limited to one trial's CPUs: on a cluster, in a Ray task
-    holding one trial's resources; on a local Ray (no address), which runs on this machine, in this process
-    (starting Ray costs more than the whole probe)."""
+def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together: int = 1) -> dict:
+    """`time_epoch` where trials run, with torch limited to one trial's CPUs, `together` copies at once: trials
+    running side by side slow each other down (shared caches, memory bandwidth, clock speed: 1.27x per training
+    for 2 trials on this 2-core machine's main job), so the probe runs as many at once as the run will. On a
+    cluster, Ray tasks holding one trial's resources each; on a local Ray (no address), which runs on this
+    machine, threads of this process (starting Ray costs more than the whole probe), at most one per trial's
+    share of this machine's CPUs. The answer is the copies' mean, with how many ran (`copies`)."""
     from oracle_search.engine import cluster_address, local_trial_device
 
-    res, threads = spec.resources, max(1, int(spec.resources.cpus_per_trial))
+    res, threads = spec.resources, spec.resources.threads
     if not cluster_address(address):
         import torch
 
+        from trainables.plugins import load_data
+
+        copies = max(1, min(together, (os.cpu_count() or 1) // threads))
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
+        local = dataclasses.replace(spec, device=local_trial_device(spec))
+        load_data(local)  # once, before the copies start: they share load_data's cache
         try:
-            return time_epoch(dataclasses.replace(spec, device=local_trial_device(spec)))
+            with ThreadPoolExecutor(copies) as pool:
+                return _mean(list(pool.map(lambda _: time_epoch(local), range(copies))))
         finally:
             torch.set_num_threads(before)
     import ray
@@ -276,7 +287,13 @@ def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None) -> dict:
         return time_epoch(dataclasses.replace(spec, device="cuda" if use_cuda else "cpu"))
 
     task = probe.options(num_cpus=res.cpus_per_trial, num_gpus=res.gpus_per_trial)
-    return ray.get(task.remote(spec, threads))
+    return _mean(ray.get([task.remote(spec, threads) for _ in range(max(1, min(together, MAX_PROBES)))]))
+
+
+def _mean(timed: list[dict]) -> dict:
+    """The copies' mean step, evaluation and epoch, and how many copies ran."""
+    mean = {k: sum(t[k] for t in timed) / len(timed) for k in ("seconds_per_epoch", "step", "evaluation")}
+    return timed[0] | mean | {"copies": len(timed)}
 
 
 def positive_seconds(value: float | None) -> float | None:
@@ -291,15 +308,16 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
     """The plan of `command` and its wall time; `spec.precision` must be resolved already. Nothing is timed when
     `seconds_per_epoch` is given."""
     positive_seconds(seconds_per_epoch)
+    n = slots(spec, address)
     if seconds_per_epoch is not None:
         per_epoch, source = seconds_per_epoch, "given"
     else:
-        t = probe_seconds_per_epoch(spec, address)
+        t = probe_seconds_per_epoch(spec, address, together=n)
         per_epoch = t["seconds_per_epoch"]
-        threads = max(1, int(spec.resources.cpus_per_trial))
-        source = (f"timed ({t['device']}, {threads} thread(s)): {PROBE_STEPS} steps of {t['step'] * 1e3:.2f} ms "
-                  f"x {t['steps_per_epoch']} + one evaluation {t['evaluation'] * 1e3:.0f} ms")
-    return Estimate(command, spec.precision, slots(spec, address), per_epoch, source, plan(command, spec, options))
+        source = (f"timed ({t['device']}, {spec.resources.threads} thread(s), {t['copies']} at once): "
+                  f"{PROBE_STEPS} steps of {t['step'] * 1e3:.2f} ms x {t['steps_per_epoch']} + one evaluation "
+                  f"{t['evaluation'] * 1e3:.0f} ms")
+    return Estimate(command, spec.precision, n, per_epoch, source, plan(command, spec, options))
 
 
 def write(out: Path, found: Estimate) -> None:

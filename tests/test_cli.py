@@ -104,6 +104,29 @@ def test_cycle_json_row_and_chain(capsys, tmp_path):
     assert row["method"] == row["schedule"] == "warmup" and row["epsilon"] is None  # not SILO: no curve
 
 
+def test_cycle_runs_on_the_threads_a_trial_of_the_spec_gets(capsys, tmp_path, monkeypatch):
+    """A trial runs torch on its whole CPUs (tune_adapter), so `cycle` does too: 1 thread by default, 2 with
+    --cpus-per-trial 2; this process's own setting comes back afterwards."""
+    import torch
+
+    import trainables.cycle
+
+    seen, real = [], trainables.cycle.run_cycle
+    monkeypatch.setattr(trainables.cycle, "run_cycle", lambda *a, **k: seen.append(torch.get_num_threads())
+                        or real(*a, **k))
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        for extra in ([], ["--cpus-per-trial", "2"]):
+            code, _, err = run(capsys, "cycle", "--preset", "tiny", "--epochs", "1", "--max-lr", "0.1", "--cycle",
+                               "0", "--out", str(tmp_path / "run"), *extra)
+            assert code == 0, err
+            assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 2]
+
+
 @pytest.mark.slow  # a real training of several seconds: the fast lane stays under a minute
 def test_cycle_json_silo_row_carries_its_curve(capsys, tmp_path):
     code, out, err = run(capsys, "cycle", "--preset", "tiny", "--schedule", "silo", "--max-lr", "0.3",

@@ -127,9 +127,21 @@ def test_dry_run_times_a_few_steps_and_resolves_auto(tmp_path, capsys, monkeypat
     finally:
         estimate_flags.cache_clear()
     assert code == 0 and not out.exists()
-    assert "precision: fp32" in text and "timed (cpu, 1 thread(s))" in text
+    assert "precision: fp32" in text and "timed (cpu, 1 thread(s), 1 at once)" in text
     per_epoch = float(text.split("seconds per epoch: ")[1].split()[0])
     assert 0 < per_epoch < 60
+
+
+def test_the_probe_runs_as_many_copies_at_once_as_trials_will_run_on_this_machine():
+    """Trials side by side slow each other down, so the probe times `together` copies at once, never more than
+    this machine's CPUs hold trials (2 CPUs and 1-CPU trials here: 8 asked, 2 run)."""
+    spec = dataclasses.replace(SPEC, cycles=1)
+    cpus = __import__("os").cpu_count()
+    for together, want in ((1, 1), (2, min(2, cpus)), (8, min(8, cpus))):
+        timed = estimate.probe_seconds_per_epoch(spec, None, together=together)
+        assert timed["copies"] == want and timed["seconds_per_epoch"] > 0
+        assert timed["seconds_per_epoch"] == pytest.approx(timed["steps_per_epoch"] * timed["step"]
+                                                           + timed["evaluation"])
 
 
 @pytest.mark.parametrize("bad", ["-1", "0", "nan", "inf", "abc"])

@@ -44,6 +44,11 @@ class Resources:
     max_concurrent: int = 0  # 0: as many as the cluster fits
     storage_path: str | None = None  # a shared folder or cloud URI; default: under --out
 
+    @property
+    def threads(self) -> int:
+        """Torch threads for one trial: its whole CPUs (a fractional share still runs one thread)."""
+        return max(1, int(self.cpus_per_trial))
+
 
 @dataclass(frozen=True)
 class ExperimentSpec:
