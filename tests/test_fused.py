@@ -274,10 +274,12 @@ CHAINS = [
     pytest.param(dataclasses.replace(PRESETS["digits-mlp"].spec, device="cpu", precision="fp32", epochs=8,
                                      optimizer=OptimizerSpec("adam", 0, 1e-4), grid=(0.001, 0.003, 0.01)), 0,
                  id="mlp-digits-adam", marks=pytest.mark.slow),
+    # VGG-19 has no chain of its own (117 s in float64): its layers (convolution, batch norm, max pooling, linear)
+    # are ResNet-20's and AlexNet's, whose chains follow, and its fused step is checked alone above.
     pytest.param(dataclasses.replace(IMAGE_SPEC, model="resnet20"), 8, id="resnet20", marks=pytest.mark.slow),
-    pytest.param(dataclasses.replace(IMAGE_SPEC, model="mobilenetv2"), 8, id="mobilenetv2",
+    # MobileNetV2's grouped (depthwise) convolutions are slow in float64: two candidates, not three.
+    pytest.param(dataclasses.replace(IMAGE_SPEC, model="mobilenetv2", grid=(0.01, 0.1)), 8, id="mobilenetv2",
                  marks=pytest.mark.slow),
-    pytest.param(dataclasses.replace(IMAGE_SPEC, model="vgg19_bn"), 16, id="vgg19_bn", marks=pytest.mark.slow),
     pytest.param(dataclasses.replace(IMAGE_SPEC, model="alexnet"), 32, id="alexnet", marks=pytest.mark.slow),
 ]
 

@@ -46,8 +46,12 @@ class Resources:
 
     @property
     def threads(self) -> int:
-        """Torch threads for one trial: its whole CPUs (a fractional share still runs one thread)."""
-        return max(1, int(self.cpus_per_trial))
+        return trial_threads(self.cpus_per_trial)
+
+
+def trial_threads(cpus: float) -> int:
+    """Torch threads for a trial holding `cpus` CPUs: its whole CPUs (a fractional share still runs one thread)."""
+    return max(1, int(cpus))
 
 
 @dataclass(frozen=True)

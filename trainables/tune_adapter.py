@@ -17,7 +17,7 @@ from ray import tune
 from trainables.checkpoints import CheckpointError
 from trainables.cycle import run_cycle
 from trainables.fused import run_fused_cycle
-from trainables.spec import ExperimentSpec
+from trainables.spec import ExperimentSpec, trial_threads
 
 
 # Each report hands the result between two threads of the trial's process: 3-4 ms measured on an idle 2-core
@@ -34,7 +34,7 @@ def trial_device(spec: ExperimentSpec) -> ExperimentSpec:
 def _trial_spec(config: dict[str, Any]) -> ExperimentSpec:
     """The config's spec on this trial's device, torch limited to the trial's CPU share (not the whole machine)."""
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
-    torch.set_num_threads(max(1, int(cpus)))
+    torch.set_num_threads(trial_threads(cpus))
     return trial_device(config["spec"])
 
 
