@@ -8,7 +8,8 @@
 #      format, written here), through Ray with 4 trials sharing the GPU (--gpus-per-trial 0.25);
 #   4. GPU utilisation sampled from nvidia-smi every second during stage 3, and its mean and peak.
 # --cpu rehearses every stage on a machine without a GPU (tests/test_fused.py runs it): a fake Ray GPU in stage 1,
-# a few steps in stage 2, CPU trials in stage 3 (--cpus-per-trial 0.5), the load average sampled in stage 4.
+# a few steps in stage 2, CPU trials on two grid values in stage 3 (--cpus-per-trial 0.5), the load average
+# sampled in stage 4.
 # Nothing downloads: Ray and the few pure-Python packages a bare machine lacks travel with the checkout, as
 # RAY_TAR (an xz tarball of Ray's unpacked wheel) and WHEELS (a folder of wheels). Results go to OUT (default
 # ./gpu-out). Exit status: the number of failed stages.
@@ -47,13 +48,15 @@ if [ "$cpu" = 1 ]; then
   stage 2_fused_throughput 240 "$py" benchmarks/fused_throughput.py --device cpu --models resnet20,vgg19_bn \
     --ks 1,4 --steps 1 --warmup 1 --repeats 3 --batch-size 4
   # Only the mechanics are rehearsed: a loaded 2-core machine may need minutes to start Ray and train.
-  per_file=10; resources=(--device cpu --cpus-per-trial 0.5 --max-concurrent 4); sample_every=1; limit=600
+  # Two grid values instead of four: the same stages, 20 trainings fewer (each costs a Ray actor on 2 cores).
+  per_file=10; grid=0.1,0.4; resources=(--device cpu --cpus-per-trial 0.5 --max-concurrent 4); sample_every=1
+  limit=600
 else
   # Limits that keep the whole run under 5 minutes.
   stage 1_tune_trial 75 "$py" benchmarks/gpu_tune_trial.py
   stage 2_fused_throughput 90 "$py" benchmarks/fused_throughput.py --ks 1,4,8,16,32 --steps 20 --warmup 5 \
     --repeats 3
-  per_file=400; resources=(--device cuda --gpus-per-trial 0.25 --cpus-per-trial 1 --max-concurrent 4)
+  per_file=400; grid=0.05,0.1,0.2,0.4; resources=(--device cuda --gpus-per-trial 0.25 --cpus-per-trial 1 --max-concurrent 4)
   sample_every=1; limit=120
 fi
 
@@ -71,7 +74,7 @@ else
 fi
 sampler=$!
 stage 3_compare "$limit" "$py" -m oracle_search.cli compare --preset resnet20-cifar10 --dataset cifar10 \
-  --data-dir "$work/cifar" --epochs 1 --cycles 1 --batch-size 64 --grid 0.05,0.1,0.2,0.4 --seeds 1 \
+  --data-dir "$work/cifar" --epochs 1 --cycles 1 --batch-size 64 --grid "$grid" --seeds 1 \
   --eval-seeds 2 --trials 2 --refine 0 "${resources[@]}" --out "$work/compare"
 kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
 cp "$work/compare/report.md" "$out/3_compare_report.md" 2>/dev/null
