@@ -181,3 +181,14 @@ def test_a_real_run_records_its_estimate_and_the_report_prints_it_next_to_the_ti
     pipeline.report(out)
     report = (out / "report.md").read_text()
     assert "Estimated before the run (oracle, fp32, 2 slot(s)" in report and "measured:" in report
+
+
+@pytest.mark.slow  # Ray tasks on the shared two-node cluster: seconds
+def test_on_a_cluster_the_probe_runs_as_ray_tasks_holding_a_trials_resources(two_nodes, monkeypatch):
+    """Four 1-CPU trials fit the two 2-CPU nodes at once: four probe tasks run, each timing on its worker's CPU; the
+    copies are capped at MAX_PROBES (here lowered to 3)."""
+    spec = dataclasses.replace(SPEC, cycles=1, resources=Resources(cpus_per_trial=1))
+    timed = estimate.probe_seconds_per_epoch(spec, two_nodes.address, together=4)
+    assert timed["copies"] == 4 and timed["device"] == "cpu" and timed["seconds_per_epoch"] > 0
+    monkeypatch.setattr(estimate, "MAX_PROBES", 3)
+    assert estimate.probe_seconds_per_epoch(spec, two_nodes.address, together=4)["copies"] == 3
