@@ -181,9 +181,7 @@ def cmd_silo_curve(args: argparse.Namespace) -> int:
 
 
 def cmd_cycle(args: argparse.Namespace) -> int:
-    import torch
-
-    from trainables.cycle import run_cycle
+    from trainables.cycle import run_cycle, torch_threads
 
     spec = spec_from_args(args)
     if not (math.isfinite(args.max_lr) and args.max_lr > 0):
@@ -200,13 +198,9 @@ def cmd_cycle(args: argparse.Namespace) -> int:
     check_inputs(args, spec)
     out = Path(args.out)
     ckpt = out / f"cycle{args.cycle:02d}-seed{spec.seed}-lr{args.max_lr:.6g}"
-    before = torch.get_num_threads()
-    torch.set_num_threads(spec.resources.threads)  # as a trial of the same spec runs (tune_adapter._trial_spec)
-    try:
+    with torch_threads(spec.resources.threads):  # as a trial of the same spec runs (tune_adapter._trial_spec)
         result = run_cycle(spec, cycle=args.cycle, max_lr=args.max_lr, seed=spec.seed, start_checkpoint=args.start,
                            checkpoint_dir=ckpt)
-    finally:
-        torch.set_num_threads(before)
     row = result.row() | {"experiment": out.name, "method": spec.schedule.name, "stage": "single",
                           "schedule": spec.schedule.name, "selected": True, "trial_id": "",
                           "stopped_early": False}

@@ -255,20 +255,14 @@ def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together:
 
     res, threads = spec.resources, spec.resources.threads
     if not cluster_address(address):
-        import torch
-
+        from trainables.cycle import torch_threads
         from trainables.plugins import load_data
 
         copies = max(1, min(together, (os.cpu_count() or 1) // threads))
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
         local = dataclasses.replace(spec, device=local_trial_device(spec))
         load_data(local)  # once, before the copies start: they share load_data's cache
-        try:
-            with ThreadPoolExecutor(copies) as pool:
-                return _mean(list(pool.map(lambda _: time_epoch(local), range(copies))))
-        finally:
-            torch.set_num_threads(before)
+        with torch_threads(threads), ThreadPoolExecutor(copies) as pool:
+            return _mean(list(pool.map(lambda _: time_epoch(local), range(copies))))
     import ray
 
     from oracle_search.engine import connect

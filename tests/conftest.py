@@ -127,12 +127,10 @@ def make_cluster() -> Iterator:
 @pytest.fixture
 def one_thread() -> Iterator[None]:
     """One torch thread, as a 1-CPU trial runs, so results do not depend on this machine's core count."""
-    import torch
+    from trainables.cycle import torch_threads
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
 
 
 def cli(argv: list[str]) -> int:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trainables.checkpoints import CheckpointError, checkpoint_hash, load_checkpoint
-from trainables.cycle import prepare_cycle, run_cycle, train_step
+from trainables.cycle import prepare_cycle, run_cycle, torch_threads, train_step
 from trainables.plugins import build_model, load_data
 from trainables.presets import PRESETS
 from trainables.pruning import MaskedWeights, prunable
@@ -26,15 +26,13 @@ CPU = torch.device("cpu")
 @pytest.fixture(scope="module")
 def digits_chain(tmp_path_factory):
     """digits-mlp cycles 0, 1, 2 at max_lr 0.1, each chained from the one before."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("digits")
     results, start = [], None
-    for m in range(3):
-        r = run_cycle(DIGITS, cycle=m, max_lr=0.1, seed=0, start_checkpoint=start, checkpoint_dir=root / f"c{m}")
-        results.append(r)
-        start = r.checkpoint
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        for m in range(3):
+            r = run_cycle(DIGITS, cycle=m, max_lr=0.1, seed=0, start_checkpoint=start, checkpoint_dir=root / f"c{m}")
+            results.append(r)
+            start = r.checkpoint
     return results
 
 
@@ -75,6 +73,30 @@ def test_checkpoint_holds_best_epoch_metrics(digits_chain):
     assert state["metrics"]["val_acc"] == digits_chain[1].val_acc
     assert state["metrics"]["test_acc"] == digits_chain[1].test_acc
     assert state["fingerprint"] == DIGITS.chain_fingerprint()
+
+
+def bn_mlp(input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
+    """A network with batch-norm buffers (running statistics and a batch counter), for the checkpoint's test."""
+    return torch.nn.Sequential(torch.nn.Linear(input_shape[0], 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(),
+                               torch.nn.Linear(32, num_classes))
+
+
+def test_the_checkpoint_holds_the_best_epochs_buffers_untouched_by_the_statistics(tmp_path):
+    """§3.1's statistics run a training-mode batch, which moves batch norm's buffers; the checkpoint must hold
+    the best-validation epoch's state as it was evaluated. Worked independently: cycle 0's batch counter is the
+    best epoch's count of training steps, and the checkpoint's network scores the row's validation accuracy."""
+    spec = dataclasses.replace(TINY, model=f"{__name__}:bn_mlp", epochs=3, precision="fp32")  # as counted below
+    r = run_cycle(spec, cycle=0, max_lr=0.1, seed=0, checkpoint_dir=tmp_path / "c0")
+    state = load_checkpoint(r.checkpoint)["model"]
+    data = load_data(spec)
+    steps = math.ceil(data.size("train") / spec.batch_size)
+    assert int(state["1.num_batches_tracked"]) == r.best_epoch * steps
+    model = build_model(spec.model, data.input_shape, data.num_classes)
+    model.load_state_dict(state)
+    model.eval()
+    with torch.no_grad():
+        hits = sum(int(model(x).argmax(1).eq(y).sum()) for x, y in data.batches("val", data.size("val")))
+    assert 100.0 * hits / data.size("val") == r.val_acc
 
 
 def test_statistics_are_measured(digits_chain):

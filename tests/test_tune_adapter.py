@@ -4,11 +4,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch
 from ray import tune
 
 from trainables.checkpoints import checkpoint_hash, load_checkpoint
-from trainables.cycle import run_cycle
+from trainables.cycle import run_cycle, torch_threads
 from trainables.presets import PRESETS
 from trainables.tune_adapter import cycle_trainable
 
@@ -19,14 +18,10 @@ COMPARED = ("val_acc", "test_acc", "best_epoch", "density", "max_lr", "epochs", 
 
 @pytest.mark.slow  # a real training of several seconds: the fast lane stays under a minute
 def test_tuner_trials_match_in_process_cycles(ray_local, tmp_path):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # a trial gets 1 CPU, so it trains on one thread
-    try:
+    with torch_threads(1):  # a trial gets 1 CPU, so it trains on one thread
         local = [run_cycle(SPEC, cycle=0, max_lr=0.1, seed=1, checkpoint_dir=tmp_path / "c0")]
         local.append(run_cycle(SPEC, cycle=1, max_lr=0.1, seed=1, start_checkpoint=local[0].checkpoint,
                                checkpoint_dir=tmp_path / "c1"))
-    finally:
-        torch.set_num_threads(before)
     start = local[0].checkpoint
     param_space = {"spec": SPEC, "cycle": tune.grid_search([0, 1]), "max_lr": 0.1, "seed": 1,
                    "start_checkpoint": tune.sample_from(lambda s: start if s.config["cycle"] else None),

@@ -9,10 +9,11 @@ import dataclasses
 import json
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -55,6 +56,18 @@ class CycleResult:
 
     def row(self) -> dict:
         return asdict(self)
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Torch on `n` threads while it lasts, then as before (a trial holding c CPUs runs on
+    `trainables.spec.trial_threads(c)`)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -261,20 +274,20 @@ def finish_cycle(spec: ExperimentSpec, model: nn.Module, masks: Masks, data: Ten
                  best_test: float, best_epoch: int, epochs: int, diverged: bool, start_hash: str,
                  checkpoint_dir: str | Path | None, seconds_so_far: float) -> CycleResult:
     """The end of a cycle, for `run_cycle` and for each candidate of a fused one: `model` holds the weights of the
-    best-validation epoch (the chained ones); measure §3.1's statistics on them, write the checkpoint, and make
+    best-validation epoch (the chained ones); write the checkpoint, measure §3.1's statistics on them, and make
     the row. `seconds_so_far`: the training's time before this, to which this step's own time is added."""
     started, clock = time.perf_counter(), clock or _Clock(None)
-    grad_std, grad_hist, act_std, act_hist = layer_statistics(model, masks, data, spec, device)
-    clock.lap("statistics")
     path, digest = "", ""
-    if checkpoint_dir is not None:
-        payload = {"model": state_copy(model), "masks": masks, "rewind": rewind, "cycle": cycle,
+    if checkpoint_dir is not None:  # first: the statistics' training-mode batch moves batch norm's buffers
+        payload = {"model": dict(model.state_dict()), "masks": masks, "rewind": rewind, "cycle": cycle,
                    "fingerprint": spec.chain_fingerprint(),
                    "metrics": {"val_acc": best_val, "test_acc": best_test, "max_lr": peak, "seed": seed}}
         payload = {k: v for k, v in payload.items() if v is not None}
         digest = save_checkpoint(checkpoint_dir, _to_cpu(payload))
         path = str(checkpoint_dir)
     clock.lap("checkpoint")
+    grad_std, grad_hist, act_std, act_hist = layer_statistics(model, masks, data, spec, device)
+    clock.lap("statistics")
     return CycleResult(
         cycle=cycle, seed=seed, max_lr=peak, density=density(masks), val_acc=best_val, test_acc=best_test,
         best_epoch=best_epoch, epochs=epochs, seconds=seconds_so_far + time.perf_counter() - started,
