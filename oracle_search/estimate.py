@@ -203,7 +203,8 @@ def slots(spec: ExperimentSpec, address: str | None) -> int:
 
 def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> dict:
     """Seconds of one epoch of `spec` on this process's device and threads: `steps` timed training steps (after
-    10 untimed ones) scaled to the epoch's steps, plus one validation pass (CPU time on one CPU thread)."""
+    10 untimed ones) scaled to the epoch's steps, plus one validation pass (CPU time on one CPU thread). A
+    training shorter than `steps` is timed over its own length: the probe never costs more than one training."""
     import torch
 
     from trainables.cycle import accuracy, make_optimizer, resolve_device, train_step
@@ -234,14 +235,15 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> dict:
         float(loss)  # waits for the device
         return clock() - start
 
-    run(10)  # the first steps build the allocator's pools and oneDNN's kernels
+    per_epoch = math.ceil(data.size("train") / spec.batch_size)
+    steps = max(1, min(steps, spec.epochs * per_epoch))
+    run(min(10, steps))  # the first steps build the allocator's pools and oneDNN's kernels
     step = run(steps) / steps
     start = clock()
     accuracy(model, data, "val", spec, device)
     evaluation = clock() - start
-    per_epoch = math.ceil(data.size("train") / spec.batch_size)
-    return {"seconds_per_epoch": per_epoch * step + evaluation, "step": step, "evaluation": evaluation,
-            "steps_per_epoch": per_epoch, "device": str(device)}
+    return {"seconds_per_epoch": per_epoch * step + evaluation, "step": step, "steps": steps,
+            "evaluation": evaluation, "steps_per_epoch": per_epoch, "device": str(device)}
 
 
 def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together: int = 1) -> dict:
@@ -309,7 +311,7 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
         t = probe_seconds_per_epoch(spec, address, together=n)
         per_epoch = t["seconds_per_epoch"]
         source = (f"timed ({t['device']}, {spec.resources.threads} thread(s), {t['copies']} at once): "
-                  f"{PROBE_STEPS} steps of {t['step'] * 1e3:.2f} ms x {t['steps_per_epoch']} + one evaluation "
+                  f"{t['steps']} steps of {t['step'] * 1e3:.2f} ms x {t['steps_per_epoch']} + one evaluation "
                   f"{t['evaluation'] * 1e3:.0f} ms")
     return Estimate(command, spec.precision, n, per_epoch, source, plan(command, spec, options))
 

@@ -49,6 +49,26 @@ def test_digits():
     assert 0.0 <= float(d.x["train"].min()) and float(d.x["train"].max()) <= 1.0
 
 
+def test_digits_come_from_the_cache_as_scikit_learn_ships_them(tmp_path, monkeypatch):
+    """The first load writes digits.npz from scikit-learn; later ones read it without importing scikit-learn."""
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    spec = dataclasses.replace(PRESETS["digits-mlp"].spec, data_dir=str(tmp_path))
+    first = DATASETS["digits"](spec)  # not load_data, whose in-process cache would answer the second call
+    assert (tmp_path / "digits.npz").exists()
+    with np.load(tmp_path / "digits.npz") as cached:
+        shipped = load_digits()
+        assert np.array_equal(cached["x"], shipped.data.astype(np.float32) / 16.0)
+        assert np.array_equal(cached["y"], shipped.target)
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # any import of scikit-learn now fails
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    again = DATASETS["digits"](spec)
+    assert all(torch.equal(first.x[s], again.x[s]) and torch.equal(first.y[s], again.y[s])
+               for s in ("train", "val", "test"))
+
+
 def test_digits_num_samples_limits_the_pool():
     spec = ExperimentSpec(dataset="digits", num_samples=500)
     data = load_data(spec)

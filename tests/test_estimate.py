@@ -132,6 +132,15 @@ def test_dry_run_times_a_few_steps_and_resolves_auto(tmp_path, capsys, monkeypat
     assert 0 < per_epoch < 60
 
 
+def test_the_probe_times_at_most_one_trainings_steps():
+    """digits-mlp trains ceil(1,257 / 128) = 10 steps per epoch (1,797 images less 270 for validation and 270
+    for test): 2 epochs are 20 steps, fewer than PROBE_STEPS, so the probe times 20; 30 epochs are 300: 100."""
+    short = dataclasses.replace(SPEC, epochs=2)
+    timed = estimate.time_epoch(short)
+    assert (timed["steps_per_epoch"], timed["steps"]) == (10, 20)
+    assert estimate.time_epoch(SPEC)["steps"] == estimate.PROBE_STEPS == 100
+
+
 def test_the_probe_runs_as_many_copies_at_once_as_trials_will_run_on_this_machine():
     """Trials side by side slow each other down, so the probe times `together` copies at once, never more than
     this machine's CPUs hold trials (2 CPUs and 1-CPU trials here: 8 asked, 2 run)."""

@@ -126,11 +126,17 @@ def mnist1d(spec: "ExperimentSpec") -> TensorData:
 
 
 def digits(spec: "ExperimentSpec") -> TensorData:
-    """scikit-learn's 8x8 digits (1,797 images, shipped inside the package), scaled to [0, 1]."""
-    from sklearn.datasets import load_digits
+    """scikit-learn's 8x8 digits (1,797 images, shipped inside the package), scaled to [0, 1]; cached on disk,
+    since importing scikit-learn costs each new trial process about a second, several times its training here."""
+    path = cache_dir(spec) / "digits.npz"
+    if not path.exists():
+        from sklearn.datasets import load_digits
 
-    d = load_digits()
-    return _split(d.data.astype(np.float32) / 16.0, d.target, spec, None, 10)
+        d = load_digits()
+        atomic_write(path, lambda f: np.savez(f, x=d.data.astype(np.float32) / 16.0, y=d.target.astype(np.int64)))
+    with np.load(path) as f:
+        x, y = f["x"], f["y"]
+    return _split(x, y, spec, None, 10)
 
 
 def synthetic(spec: "ExperimentSpec") -> TensorData:
