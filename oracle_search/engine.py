@@ -25,6 +25,7 @@ from ray.tune.search import Searcher
 from oracle_search.progress import Progress, latest_error
 from oracle_search.schema import COLUMNS, write_results
 from trainables.atomic import atomic_write_json
+from trainables.checkpoints import CheckpointError, verify_checkpoint
 from trainables.cycle import CycleResult
 from trainables.sources import record_sources, runtime_env
 from trainables.spec import NUMERICS, ExperimentSpec, SpecError
@@ -459,6 +460,7 @@ class Runner:
         self._tune_error: BaseException | None = None
         self._trainings: dict[str, dict] | None = None
         self._stopping = False
+        self._checked: set[str] = set()  # start checkpoints verified by _check_starts
 
     def __enter__(self) -> "Runner":
         return self
@@ -482,6 +484,7 @@ class Runner:
             if training:
                 leaders.add(training)
         if todo:
+            self._check_starts(todo)
             self._start()
             self._by_key.update({t.key: t for t in todo})
             configs = self._configs(todo)
@@ -502,6 +505,20 @@ class Runner:
             raise RunFailed(f"{len(missing)} trial(s) failed after {self.max_failures} retries{cause} "
                             f"(first: {first}); finished trials are kept, rerun the command to resume")
         return rows
+
+    def _check_starts(self, trials: list[Training]) -> None:
+        """Check each start checkpoint this machine can read once, before any trial starts from it: a corrupt one
+        would otherwise fail every trial of the next cycle, each attempt on a new actor, before the run gives up.
+        A start in cloud storage or on another node's disk is checked by its trials."""
+        for start in {t.start_checkpoint for t in trials if t.start_checkpoint} - self._checked:
+            if "://" in start or not Path(start).is_dir():
+                continue
+            try:
+                verify_checkpoint(start)
+            except CheckpointError as err:
+                n = sum(t.start_checkpoint == start for t in trials)
+                raise RunFailed(f"{n} trial(s) not started: CheckpointError: {err}; finished trials are kept") from err
+            self._checked.add(start)
 
     def _hit(self, t: Training) -> dict | None:
         """The ledger's row under t's key, unless it records another training than t's (`training` identity):

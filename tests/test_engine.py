@@ -382,3 +382,22 @@ def test_slots_count_what_the_cluster_may_grow_to_not_its_present_size(make_clus
     assert slots() == 16  # now larger than the autoscaler's ceiling: the present size counts
     monkeypatch.setattr(engine, "AUTOSCALER_CONFIG", tmp_path / "none.yaml")
     assert slots(cpus_per_trial=4) == 4
+
+
+def test_a_corrupt_start_checkpoint_fails_the_batch_before_ray_is_contacted(tmp_path):
+    """The Runner checks a start checkpoint it can read once, before any trial: no Tune experiment begins, and the
+    error counts the trainings that would have started from it."""
+    from trainables.checkpoints import STATE_FILE, save_checkpoint
+
+    start = tmp_path / "start"
+    save_checkpoint(start, {"x": 1})
+    blob = bytearray((start / STATE_FILE).read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    (start / STATE_FILE).write_bytes(bytes(blob))
+    trainings = [Training(f"c1-{lr}", TINY, cycle=1, max_lr=lr, seed=0, start_checkpoint=str(start))
+                 for lr in (0.1, 0.2)]
+    with runner(tmp_path / "out", address="ray://nowhere:1") as r:
+        with pytest.raises(RunFailed, match=re.escape(f"2 trial(s) not started: CheckpointError: checkpoint "
+                                                      f"{start / STATE_FILE}: content hash mismatch")):
+            r.run(trainings)
+    assert not (tmp_path / "out" / "tune").exists()

@@ -162,18 +162,22 @@ def flip_middle_byte(path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_corrupt_chained_checkpoint_is_a_clear_error(ray_local, tmp_path, capsys):
+    """The driver checks the chained checkpoint before cycle 1 starts from it: one clear error, no trial started
+    (each would fail, and be retried on a new actor, before the run gave up)."""
     out = tmp_path / "out"
     args = oracle(out, grid="0.03,0.3")  # two max_lr: fewer futile retries of the doomed trials
     run_until(args, r"^oracle cycle 1:", tmp_path, ray_local)  # cycle 0 chose its checkpoint; cycle 1 had not started
     (chosen,) = [r for r in Ledger(out).rows() if r["cycle"] == 0 and r.get("selected")]
     state = Path(chosen["checkpoint"]) / "state.pt"
     flip_middle_byte(state)  # a loadable-looking file with wrong weights
+    experiments = sorted((out / "tune").iterdir())
 
     code, err = run(args, capsys)
     assert code == 1
     (summary,) = [line for line in err.splitlines() if line.startswith("oracle-search: failed:")]
     assert f"CheckpointError: checkpoint {state}: content hash mismatch" in summary
     assert not [r for r in Ledger(out).rows() if r["cycle"] == 1]  # nothing was trained from the bad chain
+    assert sorted((out / "tune").iterdir()) == experiments  # no Tune experiment began: no trial was started
 
     flip_middle_byte(state)  # repaired: the same command now completes
     code, err = run(args, capsys)

@@ -43,8 +43,9 @@ def checkpoint_hash(directory: str | Path) -> str:
     return (Path(directory) / HASH_FILE).read_text().strip()
 
 
-def load_checkpoint(directory: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load and verify a checkpoint directory; raises CheckpointError naming the path if anything is off."""
+def verify_checkpoint(directory: str | Path) -> bytes:
+    """The checkpoint's file, after checking it against its recorded hash; CheckpointError naming the path if
+    anything is off."""
     directory = Path(directory)
     state, recorded = directory / STATE_FILE, directory / HASH_FILE
     if not state.is_file() or not recorded.is_file():
@@ -52,6 +53,12 @@ def load_checkpoint(directory: str | Path, map_location: str | torch.device = "c
     blob = state.read_bytes()
     if hashlib.sha256(blob).hexdigest() != recorded.read_text().strip():
         raise CheckpointError(f"checkpoint {state}: content hash mismatch (truncated or altered file)")
+    return blob
+
+
+def load_checkpoint(directory: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load and verify a checkpoint directory; raises CheckpointError naming the path if anything is off."""
+    state, blob = Path(directory) / STATE_FILE, verify_checkpoint(directory)
     try:
         return torch.load(io.BytesIO(blob), map_location=map_location, weights_only=True)
     except Exception as err:  # a file whose hash matches but that torch cannot read was written wrongly
