@@ -142,6 +142,20 @@ def connect(address: str | None, runtime_env: dict | None = None) -> None:
             signal.signal(signal.SIGTERM, sigterm)
 
 
+def trials_run_here(spec: ExperimentSpec, address: str | None) -> bool:
+    """Whether every trial runs on this machine: no cluster named (a local Ray), or the named cluster is one node,
+    this machine's, with no autoscaler to add others (`ray start --head` on one box, or inside a Ray job there).
+    Then the probes of precision and time run here, not in Ray tasks whose new worker processes cost more than
+    they do."""
+    if not cluster_address(address):
+        return True
+    if (address or "").startswith("ray://") or autoscaler_ceiling() is not None:
+        return False
+    connect(address, runtime_env(spec))
+    here = ray.get_runtime_context().get_node_id()
+    return [node["NodeID"] for node in ray.nodes() if node["Alive"]] == [here]
+
+
 def local_trial_device(spec: ExperimentSpec) -> str:
     """The device a trial on this machine's local Ray gets: a GPU when it asks for one and there is one (Ray
     hides the GPUs from a trial that asked for none), else the CPU."""

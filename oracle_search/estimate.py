@@ -250,13 +250,14 @@ def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together:
     """`time_epoch` where trials run, with torch limited to one trial's CPUs, `together` copies at once: trials
     running side by side slow each other down (shared caches, memory bandwidth, clock speed: 1.27x per training
     for 2 trials on this 2-core machine's main job), so the probe runs as many at once as the run will. On a
-    cluster, Ray tasks holding one trial's resources each; on a local Ray (no address), which runs on this
-    machine, threads of this process (starting Ray costs more than the whole probe), at most one per trial's
-    share of this machine's CPUs. The answer is the copies' mean, with how many ran (`copies`)."""
-    from oracle_search.engine import cluster_address, local_trial_device
+    cluster, Ray tasks holding one trial's resources each; where every trial runs on this machine
+    (engine.trials_run_here), threads of this process (a Ray worker's start costs more than the whole probe), at
+    most one per trial's share of this machine's CPUs. The answer is the copies' mean, with how many ran
+    (`copies`)."""
+    from oracle_search.engine import local_trial_device, trials_run_here
 
     res, threads = spec.resources, spec.resources.threads
-    if not cluster_address(address):
+    if trials_run_here(spec, address):
         from trainables.cycle import torch_threads
         from trainables.plugins import load_data
 

@@ -104,9 +104,10 @@ def recorded_spec(out: Path) -> ExperimentSpec | None:
 
 def resolve_precision(spec: ExperimentSpec, out: Path, address: str | None) -> ExperimentSpec:
     """The spec with `precision = "auto"` made concrete, once per experiment: a resumed run keeps the precision
-    it recorded; a new one on a cluster asks a worker with one trial's resources (engine.probe_precision), one on
-    this machine asks the device a local trial gets, without starting Ray. An explicit precision is kept as
-    given; rows record theirs, and trainings of another precision are never reused."""
+    it recorded; a new one on a cluster asks a worker with one trial's resources (engine.probe_precision), one
+    whose trials run on this machine (engine.trials_run_here) asks the device a local trial gets, in this process.
+    An explicit precision is kept as given; rows record theirs, and trainings of another precision are never
+    reused."""
     if spec.precision != "auto":
         return spec
     old = recorded_spec(out)
@@ -114,10 +115,10 @@ def resolve_precision(spec: ExperimentSpec, out: Path, address: str | None) -> E
         return dataclasses.replace(spec, precision=old.precision)
     import torch
 
-    from oracle_search.engine import cluster_address, local_trial_device, probe_precision
+    from oracle_search.engine import local_trial_device, probe_precision, trials_run_here
     from trainables.precision import resolve_precision as native
 
-    if cluster_address(address):
+    if not trials_run_here(spec, address):
         return dataclasses.replace(spec, precision=probe_precision(spec, address))
     return dataclasses.replace(spec, precision=native("auto", torch.device(local_trial_device(spec))))
 

@@ -401,3 +401,25 @@ def test_a_corrupt_start_checkpoint_fails_the_batch_before_ray_is_contacted(tmp_
                                                       f"{start / STATE_FILE}: content hash mismatch")):
             r.run(trainings)
     assert not (tmp_path / "out" / "tune").exists()
+
+
+@pytest.mark.slow
+def test_trials_run_here_on_a_local_ray_or_a_cluster_of_this_machine_alone(ray_local, tmp_path, monkeypatch):
+    """Where every trial runs on this machine, the probes run in this process: no cluster named, or a one-node
+    cluster on this machine. Not through Ray Client, and not where an autoscaler may add nodes."""
+    from oracle_search import engine
+
+    assert engine.trials_run_here(TINY, None) and engine.trials_run_here(TINY, ray_local)
+    assert not engine.trials_run_here(TINY, "ray://10.0.0.1:10001")
+    config = tmp_path / "ray_bootstrap_config.yaml"
+    config.write_text("max_workers: 2\nhead_node_type: head\navailable_node_types:\n"
+                      "  head: {resources: {CPU: 2}, max_workers: 0}\n  gpu: {resources: {CPU: 8, GPU: 1}}\n")
+    monkeypatch.setattr(engine, "AUTOSCALER_CONFIG", config)
+    assert not engine.trials_run_here(TINY, ray_local)
+
+
+@pytest.mark.slow
+def test_trials_do_not_run_here_on_a_cluster_of_several_nodes(two_nodes):
+    from oracle_search.engine import trials_run_here
+
+    assert not trials_run_here(TINY, two_nodes.address)
