@@ -190,9 +190,10 @@ def test_trials_pack_onto_the_gpus_ray_assigns(two_nodes, tmp_path, gpus_per_tri
 @pytest.mark.slow
 def test_oracle_spreads_over_two_nodes_and_chains_through_shared_storage(two_nodes, tmp_path):
     shared = tmp_path / "shared"
-    # 2 CPUs a trial on nodes of 2 CPUs: two trials side by side must use both nodes
+    # 1.5 CPUs a trial on nodes of 2 CPUs: two trials side by side must use both nodes, each on one torch thread
+    # (a trial's whole CPUs), since the fake nodes share this machine's 2 cores
     spec = dataclasses.replace(TINY, cycles=1, grid=(0.03, 0.1, 0.3),
-                               resources=Resources(cpus_per_trial=2, storage_path=str(shared)))
+                               resources=Resources(cpus_per_trial=1.5, storage_path=str(shared)))
     with Runner(out=tmp_path / "out", spec=spec, experiment="nodes", address=two_nodes.address,
                 trainable=together(tmp_path / "log", 2), progress=Progress(io.StringIO())) as runner:
         outcomes = run_oracle(runner, [0], list(spec.grid), refine=0, use_bracket=False)
