@@ -53,25 +53,28 @@ def free_ports(n: int) -> list[int]:
 
 def stop_session(sid: int, marker: str) -> None:
     """Stop what we started: the processes of the `ray start` session, and any job driver (its own session)
-    whose command line names our temporary folder. SIGTERM, then SIGKILL what is left."""
+    whose command line names our temporary folder. SIGTERM, then SIGKILL what is left after a short grace: Ray's
+    GCS, raylet, monitor and runtime-env agent outlast 10 s of SIGTERM."""
     def ours() -> list[int]:
         found = []
         for proc in Path("/proc").glob("[0-9]*"):
             try:
-                session = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[4])
-                if session == sid or marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                state, _, _, session = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:4]
+                if state == "Z":  # exited, waiting for its parent to reap it: nothing left to stop
+                    continue
+                if int(session) == sid or marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
                     found.append(int(proc.name))
             except (OSError, IndexError, ValueError):
                 pass
         return [pid for pid in found if pid != os.getpid()]
 
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    for sig, grace in ((signal.SIGTERM, 2), (signal.SIGKILL, 10)):
         for pid in ours():
             try:
                 os.kill(pid, sig)
             except OSError:
                 pass
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + grace
         while ours() and time.monotonic() < deadline:
             time.sleep(0.2)
 
