@@ -20,6 +20,7 @@ import time
 import optuna
 import pytest
 
+from conftest import ray_env
 from oracle_search.engine import Progress, Runner
 from oracle_search.fitter import Heartbeat, SearchSpace, fit_silo, open_study, rdb_storage, study_name, suggest
 from trainables.presets import PRESETS
@@ -78,10 +79,11 @@ def test_two_processes_share_one_study(pg_url):
 
 
 @pytest.mark.slow
-def test_fit_silo_keeps_its_study_in_postgres_and_never_writes_the_password(pg_url, tmp_path):
+def test_fit_silo_keeps_its_study_in_postgres_and_never_writes_the_password(pg_url, tmp_path, ray_local):
     out = tmp_path / "out"
     proc = subprocess.run([CLI, "fit-silo", "--preset", "tiny", "--precision", "fp32", "--trials", "2",
-                           "--study-storage", pg_url, "--out", str(out)], capture_output=True, text=True, timeout=600)
+                           "--study-storage", pg_url, "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env=ray_env(ray_local))  # a driver joining the tests' local Ray
     assert proc.returncode == 0, proc.stderr
     summaries = {s.study_name: s.n_trials for s in optuna.get_all_study_summaries(storage=pg_url)}
     spec = dataclasses.replace(PRESETS["tiny"].spec, precision="fp32")  # the study's name holds the precision
@@ -103,25 +105,14 @@ FAST_SPEC = dataclasses.replace(PRESETS["tiny"].spec, cycles=1, epochs=2, precis
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
-@pytest.fixture
-def ray_up() -> None:
-    """Ray in this process, as the CLI starts it (or as an earlier in-process run left it)."""
-    from oracle_search.engine import connect
-
-    connect(None)
-
-
 def ledger(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((out / "ledger").glob("*.json"))]
 
 
 @pytest.mark.slow
-def test_two_concurrent_drivers_share_one_study_and_train_no_trial_twice(pg_url, tmp_path, ray_up):
+def test_two_concurrent_drivers_share_one_study_and_train_no_trial_twice(pg_url, tmp_path, ray_local):
     """Two fit-silo processes, 2 s apart, on one PostgreSQL study and one Ray, each with its own --out."""
-    import ray
-
-    address = ray.get_runtime_context().gcs_address
-    env = os.environ | {"RAY_AUTH_MODE": "token"}
+    address, env = ray_local, ray_env(ray_local)
     drivers = []
     for name in ("a", "b"):
         drivers.append(subprocess.Popen(
@@ -146,7 +137,7 @@ def test_two_concurrent_drivers_share_one_study_and_train_no_trial_twice(pg_url,
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")  # this test asks by hand
-def test_a_dead_drivers_trial_is_taken_over_and_a_live_ones_is_not(pg_url, tmp_path, ray_up):
+def test_a_dead_drivers_trial_is_taken_over_and_a_live_ones_is_not(pg_url, tmp_path, ray_local):
     spec = dataclasses.replace(FAST_SPEC, rate=0.3)  # a study of its own on the session's server
     beat = Heartbeat(interval=1, grace=2)
     space = SearchSpace(epsilon=(0.02, 0.2), delta=(0.0, 0.3))
