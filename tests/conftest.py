@@ -133,6 +133,13 @@ def one_thread() -> Iterator[None]:
         yield
 
 
+def flip_middle_byte(path: Path) -> None:
+    """Corrupt a file as a bad disk or copy would (flipping it again restores it)."""
+    blob = bytearray(path.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    path.write_bytes(bytes(blob))
+
+
 def cli(argv: list[str]) -> int:
     """Run the command line in this process, as the console script would: its exit status (argparse's exit 2
     included)."""

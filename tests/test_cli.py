@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import flip_middle_byte
 from oracle_search.cli import build_parser, main, spec_from_args
 from oracle_search.config import parse_args
 from oracle_search.schema import write_results
@@ -143,10 +144,7 @@ def corrupt_start(tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("start")
     assert main(["cycle", "--preset", "tiny", "--max-lr", "0.1", "--cycle", "0", "--out", str(out)]) == 0
     (ckpt,) = [p for p in out.iterdir() if p.is_dir()]
-    state = ckpt / STATE_FILE
-    blob = bytearray(state.read_bytes())
-    blob[len(blob) // 3] ^= 0xFF
-    state.write_bytes(bytes(blob))
+    flip_middle_byte(ckpt / STATE_FILE)
     return str(ckpt)
 
 

@@ -17,6 +17,7 @@ import pytest
 from ray import cloudpickle, tune
 
 from trainables import atomic
+from conftest import flip_middle_byte
 from oracle_search.engine import Ledger, Progress, RunFailed, Runner, Training
 from trainables.presets import PRESETS
 from trainables.spec import NUMERICS, Resources, SpecError
@@ -391,9 +392,7 @@ def test_a_corrupt_start_checkpoint_fails_the_batch_before_ray_is_contacted(tmp_
 
     start = tmp_path / "start"
     save_checkpoint(start, {"x": 1})
-    blob = bytearray((start / STATE_FILE).read_bytes())
-    blob[len(blob) // 2] ^= 0xFF
-    (start / STATE_FILE).write_bytes(bytes(blob))
+    flip_middle_byte(start / STATE_FILE)
     trainings = [Training(f"c1-{lr}", TINY, cycle=1, max_lr=lr, seed=0, start_checkpoint=str(start))
                  for lr in (0.1, 0.2)]
     with runner(tmp_path / "out", address="ray://nowhere:1") as r:

@@ -19,7 +19,7 @@ import ray
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
-from conftest import cli, ray_env
+from conftest import cli, flip_middle_byte, ray_env
 from oracle_search.engine import Ledger, Progress, RunFailed, Runner, Training
 from trainables.presets import PRESETS
 from trainables.spec import Resources
@@ -152,12 +152,6 @@ def test_a_driver_killed_mid_cycle_resumes_without_retraining(ray_local, tmp_pat
     assert len(after) == 8  # 4 max_lr x 2 cycles
     assert {k: after[k] for k in before} == before  # finished trials were not retrained
     assert (out / "results.csv").read_text().count("\n") == 9
-
-
-def flip_middle_byte(path: Path) -> None:
-    blob = bytearray(path.read_bytes())
-    blob[len(blob) // 2] ^= 0xFF
-    path.write_bytes(bytes(blob))
 
 
 @pytest.mark.slow
