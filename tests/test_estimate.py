@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 
 import pytest
@@ -119,14 +120,15 @@ def test_dry_run_with_given_seconds_prints_the_plan_and_writes_nothing(tmp_path,
 
 def test_dry_run_times_a_few_steps_and_resolves_auto(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("ORACLE_SEARCH_CPU_FLAGS", "avx avx2 fma")  # a CPU without native bf16: auto is fp32
-    estimate_flags = __import__("trainables.precision", fromlist=["cpu_flags"]).cpu_flags
-    estimate_flags.cache_clear()
+    from trainables.precision import cpu_flags
+
+    cpu_flags.cache_clear()
     out = tmp_path / "run"
     try:
         code, text, _ = run(capsys, "oracle", "--preset", "digits-mlp", "--cycles", "1", "--max-concurrent", "1",
                             "--dry-run", "--out", str(out))
     finally:
-        estimate_flags.cache_clear()
+        cpu_flags.cache_clear()
     assert code == 0 and not out.exists()
     assert "precision: fp32" in text and "timed (cpu, 1 thread(s), 1 at once)" in text
     per_epoch = float(text.split("seconds per epoch: ")[1].split()[0])
@@ -146,7 +148,7 @@ def test_the_probe_runs_as_many_copies_at_once_as_trials_will_run_on_this_machin
     """Trials side by side slow each other down, so the probe times `together` copies at once, never more than
     this machine's CPUs hold trials (2 CPUs and 1-CPU trials here: 8 asked, 2 run)."""
     spec = dataclasses.replace(SPEC, cycles=1)
-    cpus = __import__("os").cpu_count()
+    cpus = os.cpu_count()
     for together, want in ((1, 1), (2, min(2, cpus)), (8, min(8, cpus))):
         timed = estimate.probe_seconds_per_epoch(spec, None, together=together)
         assert timed["copies"] == want and timed["seconds_per_epoch"] > 0
