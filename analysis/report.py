@@ -14,12 +14,12 @@ from analysis.render import duration
 from analysis.study_figures import study_figures
 from analysis.files import ESTIMATE_FILE, read_spec
 from analysis.intervals import oracle_intervals, seed_intervals
-from analysis.select import densities, label, pruning_rate, silo_methods, silo_params
-from analysis.regret import regret_table as regret_frame
-from analysis.tables import (SCHEDULE_LABELS, Table, accuracy_table, best_per_density, cost_table,
-                             end_to_end_line, end_to_end_table, oracle_table, regret_table,
-                             seed_table, statistics_source, statistics_table, values_table, verdict_lines,
-                             verdict_table)
+from analysis.regret import Regret, analyse
+from analysis.select import SCHEDULE_LABELS, densities, label, pruning_rate, silo_methods, silo_params
+from analysis.tables import (Table, accuracy_table, answer_table, best_per_density, cost_table, end_to_end_table,
+                             oracle_table, regret_table, seed_table, statistics_source, statistics_table,
+                             values_table, verdict_table)
+from analysis.verdict_sentences import controls_line, end_to_end_line
 from oracle_search.schema import REQUIRED, read_results, results_frame
 from trainables.atomic import atomic_write_bytes
 from oracle_search.selection import TOLERANCE
@@ -40,6 +40,7 @@ class Section:
     tables: list[Table] = field(default_factory=list)
     plots: list[Plot] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    notes_after: list[str] = field(default_factory=list)  # below the tables and figures
 
 
 # Theorem 1's d: the width of a layer's input; for the MLPs, the dataset's input size.
@@ -55,23 +56,21 @@ def _oracle_section(df: pd.DataFrame, spec: dict | None, tol: float) -> Section:
             section.tables.append(table)
     if not section.tables:
         section.notes.append("No Oracle rows: Oracle intervals left out.")
-    if (plot := _max_lr_plot(df, spec, tol)) is not None:
-        section.plots.append(plot)
     return section
 
 
-def _regret_section(df: pd.DataFrame) -> Section:
+def _regret_section(df: pd.DataFrame, r: Regret) -> Section:
     section = Section("Regret, controls and verdict")
-    for make in (verdict_table, end_to_end_table, regret_table):
-        if (table := make(df)) is not None:
+    for table in (verdict_table(r), end_to_end_table(r), regret_table(df, r)):
+        if table is not None:
             section.tables.append(table)
     if not section.tables:
         section.notes.append("No Oracle rows: no regret.")
     return section
 
 
-def _regret_plot(df: pd.DataFrame) -> Plot | None:
-    regret = regret_frame(df)
+def _regret_plot(df: pd.DataFrame, r: Regret) -> Plot | None:
+    regret = r.regret
     if regret.empty:
         return None
     labels = {m: label(m) for m in regret["schedule"].unique()} | SCHEDULE_LABELS
@@ -128,20 +127,30 @@ def _silo_paper_note(out_dir: Path) -> str | None:
     return line + f". **δ is not bracketed: {sp['delta_open']}**, so a better δ may lie beyond what was tried."
 
 
-def _summary_section(df: pd.DataFrame, spec: dict | None, tol: float) -> Section:
-    """The answer first: does SILO beat not adapting and the best constant in hindsight, the controls, the end-to-end
-    comparison, SILO's cost against the Oracle's, the best method per density; then the regret figure."""
+def _summary_section(df: pd.DataFrame, spec: dict | None, tol: float, r: Regret, out_dir: Path) -> Section:
+    """The answer in one screen: the verdict as a table, the regret and max_lr figures; then what the table cannot
+    say: the controls and the regret in words, the cost, δ's bracketing, silo_fit's search, the end-to-end
+    comparison, the best method per density."""
     section = Section("The answer")
-    section.notes += verdict_lines(df)
-    section.notes.append(end_to_end_line(df))
-    for make in (cost_table, accuracy_table):
-        if (table := make(df)) is not None:
-            section.notes.append(table.verdict)
+    if (table := answer_table(r)) is not None:
+        section.tables.append(table)
+    else:
+        section.notes.append("No Oracle or no SILO rows: no verdict against the controls.")
+    for plot in (_regret_plot(df, r), _max_lr_plot(df, spec, tol)):
+        if plot is not None:
+            section.plots.append(plot)
+    after = section.notes_after
+    if not r.verdict.empty:
+        after.append(controls_line(r))
+    if (table := cost_table(df)) is not None:
+        after.append(table.verdict)
+    after += [n for n in (_silo_paper_note(out_dir), _silo_fit_note(out_dir)) if n is not None]
+    after.append(end_to_end_line(r))
+    if (table := accuracy_table(df)) is not None:
+        after.append(table.verdict)
     best = best_per_density(df)
     if best:
-        section.notes.append("Best mean test accuracy per density: " + best + ".")
-    if (plot := _regret_plot(df)) is not None:
-        section.plots.append(plot)
+        after.append("Best mean test accuracy per density: " + best + ".")
     return section
 
 
@@ -220,6 +229,7 @@ def _markdown(title: str, spec: dict | None, sections: list[Section]) -> str:
             out += [f"### {t.title}\n"] * (t.title != s.title)
             out += [f"**Verdict:** {t.verdict}\n", render.markdown(t.cells, t.bold)]
         out += [f"![{p.caption}](figures/{p.name}.png)\n\n{p.caption}\n" for p in s.plots]
+        out += [f"{n}\n" for n in s.notes_after]
     if spec:
         out += ["## Settings\n", render.markdown(_spec_cells(spec))]
     return "\n".join(out)
@@ -245,6 +255,7 @@ def _html(title: str, spec: dict | None, sections: list[Section]) -> str:
             data = base64.b64encode(p.png).decode()
             out.append(f"<figure><img alt=\"{e(p.caption)}\" src=\"data:image/png;base64,{data}\">"
                        f"<figcaption>{e(p.caption)}</figcaption></figure>")
+        out += [f"<p>{e(n)}</p>" for n in s.notes_after]
     if spec:
         out += ["<details><summary><h2 style=\"display:inline\">Settings</h2></summary>", render.html(_spec_cells(spec)),
                 "</details>"]
@@ -260,11 +271,9 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE) -> dict[str, Pa
         sections = [Section("Results", notes=["The results table is empty: nothing to report."])]
     else:
         df = results_frame(df.to_dict("records")) if set(REQUIRED) <= set(df.columns) else df
-        sections = [_summary_section(df, spec, tolerance), _oracle_section(df, spec, tolerance),
-                    _regret_section(df), _accuracy_section(df), _cost_section(df), _statistics_section(df)]
-    for note in (_silo_fit_note(out_dir), _silo_paper_note(out_dir)):
-        if not df.empty and note is not None:
-            sections[0].notes.append(note)
+        r = analyse(df)  # the regret once, for every table, figure and sentence
+        sections = [_summary_section(df, spec, tolerance, r, out_dir), _oracle_section(df, spec, tolerance),
+                    _regret_section(df, r), _accuracy_section(df), _cost_section(df), _statistics_section(df)]
     if not df.empty and (note := estimate_note(out_dir)) is not None:  # the cost expected, and the time taken
         next(s for s in sections if s.title == "Cost").notes.append(note)
     if not df.empty and (plots := [Plot(n, c, png) for n, c, png in study_figures(out_dir)]):

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from oracle_search.curve import lr_key
 from oracle_search.schema import METHODS, SILO_METHODS, Method, Stage, current_rows
 
 LABELS = {m.value: info.label for m, info in METHODS.items()}
+SCHEDULE_LABELS = {"constant_dense": "constant_dense (not adapting)",
+                   "constant_best": "constant_best (hindsight, optimistic)"}
 # The stages whose trainings a method's cost counts; methods not named here count tune + final.
 COST_STAGES = {Method.ORACLE.value: (Stage.GRID.value, Stage.REFINE.value),
                Method.SILO_FIT.value: (Stage.FIT.value, Stage.FINAL.value)}
@@ -23,6 +26,11 @@ def methods(df: pd.DataFrame) -> list[str]:
 
 def label(method: str) -> str:
     return LABELS.get(method, method)
+
+
+def schedule_label(name: str) -> str:
+    """A method's label, or a control's name with what it is."""
+    return SCHEDULE_LABELS.get(name, label(name))
 
 
 def oracle_trials(df: pd.DataFrame) -> pd.DataFrame:
@@ -74,5 +82,19 @@ def silo_params(df: pd.DataFrame, method: str = Method.SILO_PAPER.value) -> dict
 
 
 def silo_max_lr_by_cycle(df: pd.DataFrame, method: str = Method.SILO_PAPER.value) -> pd.Series:
-    """The max_lr a SILO variant used per cycle (shared by all seeds)."""
-    return final_rows(df, method).groupby("cycle")["max_lr"].first()
+    """The max_lr a SILO variant used per cycle, shared by all its seeds (a schedule is a function of the cycle;
+    seeds that disagree are an error, not a first pick)."""
+    rows = final_rows(df, method)
+    split = rows.groupby("cycle")["max_lr"].agg(lambda v: v.map(lr_key).nunique() > 1)
+    if split.any():
+        raise ValueError(f"{method}'s final rows use several max_lr at cycle(s) "
+                         f"{', '.join(str(c) for c in split[split].index)}")
+    return rows.groupby("cycle")["max_lr"].first()
+
+
+def last_cycle(df: pd.DataFrame) -> int:
+    """L, the last cycle compared: the Oracle's last current cycle, or the table's last cycle without Oracle rows
+    (-1 for an empty table)."""
+    oracle = oracle_trials(df)
+    rows = oracle if not oracle.empty else df
+    return int(rows["cycle"].max()) if not rows.empty else -1

@@ -7,16 +7,16 @@ from dataclasses import dataclass
 import pandas as pd
 
 import numpy as np
-from scipy.stats import t as student_t
 
 from analysis.intervals import count_inside, oracle_intervals, seed_intervals
-from analysis.regret import end_to_end, regret_table as regret_frame, verdict_table as verdict_frame
-from analysis.select import cost_rows, densities, final_rows, label, methods, oracle_trials, silo_params
+from analysis.regret import Regret
+from analysis.select import (cost_rows, densities, final_rows, label, last_cycle, methods, oracle_trials, schedule_label,
+                             silo_params)
+from analysis.verdict_sentences import DASH, ci_text, end_to_end_line, fmt_lr, verdict_lines
+from oracle_search.curve import refuse_duplicates
 from oracle_search.schema import SILO_METHODS
 from oracle_search.selection import TOLERANCE, Curve, choose, dense_best, lr_key
-
-DASH = "–"
-
+from oracle_search.statistics import half_width, mean_interval
 
 @dataclass(frozen=True)
 class Table:
@@ -32,10 +32,6 @@ class Table:
 
 def fmt_density(x: float) -> str:
     return f"{x:.3g}"
-
-
-def fmt_lr(x: float) -> str:
-    return DASH if pd.isna(x) else f"{x:.4g}"
 
 
 def _yes_no(x: object) -> str:
@@ -168,6 +164,7 @@ def seed_table(df: pd.DataFrame, tol: float = TOLERANCE) -> Table | None:
 def per_seed_accuracy(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(test accuracy, gone): cycle × seed. A seed is gone from the cycle its chain diverged on: its accuracy there
     and after is NaN (a diverged chain is counted, never averaged)."""
+    refuse_duplicates(rows, ["cycle", "seed"], "final chains")
     cell = rows.assign(diverged=rows["diverged"].astype(bool)).groupby(["cycle", "seed"]).agg(
         test_acc=("test_acc", "mean"), diverged=("diverged", "max"))
     acc = cell["test_acc"].unstack("seed").sort_index()
@@ -182,9 +179,7 @@ def accuracy_stats(rows: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["mean", "std", "n_seeds", "ci95", "diverged"])
     acc, gone = per_seed_accuracy(rows)
     stats = pd.DataFrame({"mean": acc.mean(axis=1), "std": acc.std(axis=1, ddof=1), "n_seeds": acc.count(axis=1)})
-    n = stats["n_seeds"].to_numpy()
-    t = np.where(n > 1, student_t.ppf(0.975, np.maximum(n - 1, 1)), np.nan)
-    stats["ci95"] = t * stats["std"] / np.sqrt(n)
+    stats["ci95"] = half_width(stats["std"].to_numpy(), stats["n_seeds"].to_numpy())
     stats["diverged"] = gone.sum(axis=1).astype(int)
     return stats
 
@@ -204,11 +199,7 @@ def paired(a: pd.DataFrame, b: pd.DataFrame, cycle: int) -> tuple[float, float, 
     d = (a.loc[cycle] - b.loc[cycle].reindex(a.columns)).dropna().to_numpy(dtype=float)
     if len(d) == 0:
         return None
-    mean = float(d.mean())
-    if len(d) < 2:
-        return mean, math.nan, math.nan, 1
-    half = student_t.ppf(0.975, len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
-    return mean, mean - half, mean + half, len(d)
+    return (*mean_interval(d), len(d))
 
 
 def accuracy_table(df: pd.DataFrame) -> Table | None:
@@ -279,7 +270,7 @@ def best_per_density(df: pd.DataFrame) -> str:
 
 def cost_table(df: pd.DataFrame) -> Table | None:
     """(c) Per method: trainings actually run (reused ones are free), epochs, device-hours, last-cycle accuracy."""
-    last = int(df["cycle"].max()) if len(df) else 0
+    last = last_cycle(df)
     records = []
     for m in methods(df):
         rows = cost_rows(df, m)
@@ -356,126 +347,79 @@ def statistics_table(df: pd.DataFrame) -> Table | None:
 
 # --- regret, controls and the verdict ---------------------------------------------------------------------------
 
-VERSUS_LABELS = {"oracle": "the Oracle", "constant_dense": "not adapting (constant_dense)",
-                 "constant_best": "the best constant in hindsight (constant_best, optimistic)"}
-SCHEDULE_LABELS = {"constant_dense": "constant_dense (not adapting)",
-                   "constant_best": "constant_best (hindsight, optimistic)"}
+def _judgement_cells(data: pd.DataFrame) -> dict[str, object]:
+    """The columns a verdict and an end-to-end table share."""
+    return {
+        "Schedule": data["schedule"].map(label),
+        "advantage (points)": data["advantage"].map(lambda a: DASH if pd.isna(a) else f"{a:+.2f}"),
+        "95 % CI": [ci_text(lo, hi) for lo, hi in zip(data["ci_lo"], data["ci_hi"])],
+        "verdict": data["verdict"],
+        "seeds needed": data["seeds_needed"].map(lambda k: DASH if pd.isna(k) else str(int(k))),
+        "n": data["n"].astype(str),
+    }
 
 
-def _schedule_label(name: str) -> str:
-    return SCHEDULE_LABELS.get(name, label(name))
+VERDICT_MARKS = {"better": "▲ better", "worse": "▼ worse", "indistinguishable": "≈ indistinguishable",
+                 "undefined": "– undefined"}
 
 
-def _ci(lo: float, hi: float) -> str:
-    return DASH if pd.isna(lo) else f"[{lo:+.2f}, {hi:+.2f}]"
-
-
-def _need(seeds: object) -> str:
-    return "more than 1000 seeds would be needed" if pd.isna(seeds) else f"about {int(seeds)} seeds would tell"
-
-
-def _judged(row: pd.Series, name: str) -> str:
-    """One comparison in words: better, worse, not distinguishable (with the seeds needed), or not comparable."""
+def _answer_cell(row: pd.Series) -> str:
+    """Verdict word (with a mark, so it reads without colour), advantage, 95 % CI; the seeds that would tell."""
     if row["verdict"] == "undefined":
-        why = (f"n = {row['n']} < 2 seeds" if row["n"] < 2 else
-               "a max_lr lies outside the values the Oracle trained on every seed, or next to a diverged one")
-        return f"cannot be compared with {name} ({why})"
-    numbers = f"{row['advantage']:+.2f} points (95 % CI {_ci(row['ci_lo'], row['ci_hi'])})"
-    if row["verdict"] == "better":
-        return f"beats {name}: {numbers}"
-    if row["verdict"] == "worse":
-        return f"loses to {name}: {numbers}"
-    need = "no difference at all" if row["advantage"] == 0 else _need(row["seeds_needed"])
-    return f"is not distinguishable from {name} at n = {row['n']}: {numbers}, {need}"
+        return VERDICT_MARKS["undefined"] + (f" (n = {row['n']} < 2)" if row["n"] < 2 else " (outside the values)")
+    cell = f"{VERDICT_MARKS[row['verdict']]} {row['advantage']:+.2f} {ci_text(row['ci_lo'], row['ci_hi'])}"
+    if row["verdict"] == "indistinguishable" and row["advantage"] != 0:
+        cell += "; > 1000 seeds to tell" if pd.isna(row["seeds_needed"]) else f"; ~{int(row['seeds_needed'])} seeds to tell"
+    return cell
 
 
-def verdict_lines(df: pd.DataFrame) -> list[str]:
-    """The report's first lines: per SILO variant, does it beat not adapting and the best constant in hindsight
-    (and how far is it from the Oracle); the controls named; the multiplicity said."""
-    verdict = verdict_frame(df)
-    if verdict.empty:
-        return ["No Oracle or no SILO rows: no verdict against the controls."]
-    regret = regret_frame(df)
-    last = int(regret["cycle"].max())
-    lrs = regret.groupby("schedule")["max_lr"].first()
-    dense, best = lrs.get("constant_dense", np.nan), lrs.get("constant_best", np.nan)
-    names = {"constant_dense": f"not adapting (constant_dense = {fmt_lr(dense)})",
-             "constant_best": f"the best constant in hindsight (constant_best = {fmt_lr(best)}, optimistic)"}
-    lines = []
-    for method, rows in verdict.groupby("schedule", sort=False):
-        by = rows.set_index("versus")
-        lines.append(f"Does {label(method)} beat not adapting and the best constant in hindsight? It "
-                     f"{_judged(by.loc['constant_dense'], names['constant_dense'])}; it "
-                     f"{_judged(by.loc['constant_best'], names['constant_best'])}; it "
-                     f"{_judged(by.loc['oracle'], 'the Oracle')} (validation accuracy on the Oracle's chain, summed "
-                     f"over cycles 1–{last}, n = {by['n'].iloc[0]} tuning seeds).")
-    lines.append(f"The controls come from the Oracle's rows, with no extra training: constant_dense = "
-                 f"{fmt_lr(dense)}, the Oracle's dense choice kept at every cycle (what LR warmup, tuned on cycle 0, "
-                 f"does); constant_best = {fmt_lr(best)}, the best single max_lr in hindsight, chosen on the same "
-                 "data, so an optimistic control. Regret: per tuning seed, the validation accuracy of a leave-one-out "
-                 "Oracle's choice minus the accuracy at the schedule's max_lr (linear in ln max_lr between values "
-                 "every seed trained), with a 95 % t interval.")
-    lines.append(f"These are {len(verdict)} comparisons ({len(verdict) // 3} SILO variant"
-                 f"{'s' * (len(verdict) != 3)} × the Oracle, constant_dense and constant_best), each at 95 %, not "
-                 "corrected for multiplicity.")
-    return lines
+def answer_table(r: Regret) -> Table | None:
+    """The report's first table: rows the SILO variants, columns the Oracle and both controls (with their
+    max_lr), each cell the verdict, the advantage in points and its 95 % CI."""
+    data = r.verdict
+    if data.empty:
+        return None
+    names = {"oracle": "vs the Oracle",
+             "constant_dense": f"vs not adapting (max_lr {fmt_lr(r.control_lr('constant_dense'))})",
+             "constant_best": f"vs the best constant (max_lr {fmt_lr(r.control_lr('constant_best'))}, optimistic)"}
+    cells = pd.DataFrame([{"SILO": label(method), **{names[v]: _answer_cell(row) for v, row in
+                                                     rows.set_index("versus").iterrows()}}
+                          for method, rows in data.groupby("schedule", sort=False)])
+    n = int(data["n"].iloc[0])
+    verdict = (f"Does SILO beat not adapting (constant_dense: the Oracle's dense choice kept) and the best constant "
+               f"in hindsight (constant_best, optimistic), and how far is it from the Oracle? Validation accuracy on "
+               f"the Oracle's chain summed over cycles 1–{r.last}, SILO minus the other, in points with its 95 % CI, "
+               f"n = {n} tuning seeds. ▲ better / ▼ worse: the CI excludes 0; ≈ indistinguishable: it does not. "
+               f"{len(data)} comparisons, not corrected for multiplicity.")
+    return Table("answer", "The answer", cells, data, verdict)
 
 
-def end_to_end_line(df: pd.DataFrame) -> str:
-    """Each SILO variant's own final chains against LR warmup's, in words."""
-    frame = end_to_end(df)
-    if frame.empty:
-        return "No LR warmup final rows: no end-to-end comparison."
-    last = int(df["cycle"].max())
-    parts = []
-    for _, row in frame.iterrows():
-        gone = (f"; diverged chains left out: {row['diverged']} of {label(row['schedule'])}, "
-                f"{row['versus_diverged']} of LR warmup" if row["diverged"] or row["versus_diverged"] else "")
-        parts.append(f"{label(row['schedule'])} {_judged(row, 'LR warmup')}{gone}")
-    return (f"End to end, each method's own final chains on the evaluation seeds (test accuracy, paired per seed, "
-            f"summed over cycles 1–{last}): " + "; ".join(parts) + ".")
-
-
-def verdict_table(df: pd.DataFrame) -> Table | None:
+def verdict_table(r: Regret) -> Table | None:
     """tables/verdict.csv: each SILO variant against the Oracle and both controls."""
-    data = verdict_frame(df)
+    data = r.verdict
     if data.empty:
         return None
-    cells = pd.DataFrame({
-        "Schedule": data["schedule"].map(label),
-        "versus": data["versus"].map(_schedule_label).replace({"oracle": "Oracle"}),
-        "advantage (points)": data["advantage"].map(lambda a: DASH if pd.isna(a) else f"{a:+.2f}"),
-        "95 % CI": [_ci(lo, hi) for lo, hi in zip(data["ci_lo"], data["ci_hi"])],
-        "verdict": data["verdict"],
-        "seeds needed": data["seeds_needed"].map(lambda k: DASH if pd.isna(k) else str(int(k))),
-        "n": data["n"].astype(str),
-    })
+    cells = pd.DataFrame(_judgement_cells(data))
+    cells.insert(1, "versus", data["versus"].map(schedule_label).replace({"oracle": "Oracle"}))
     return Table("verdict", "Verdict: SILO against the Oracle and the controls", cells, data,
-                 " ".join(verdict_lines(df)[:1]))
+                 " ".join(verdict_lines(r)))
 
 
-def end_to_end_table(df: pd.DataFrame) -> Table | None:
+def end_to_end_table(r: Regret) -> Table | None:
     """tables/end_to_end.csv: each SILO variant's final chains against LR warmup's on the evaluation seeds."""
-    data = end_to_end(df)
+    data = r.end_to_end
     if data.empty:
         return None
-    cells = pd.DataFrame({
-        "Schedule": data["schedule"].map(label),
-        "versus": data["versus"].map(label),
-        "advantage (points)": data["advantage"].map(lambda a: DASH if pd.isna(a) else f"{a:+.2f}"),
-        "95 % CI": [_ci(lo, hi) for lo, hi in zip(data["ci_lo"], data["ci_hi"])],
-        "verdict": data["verdict"],
-        "seeds needed": data["seeds_needed"].map(lambda k: DASH if pd.isna(k) else str(int(k))),
-        "n": data["n"].astype(str),
-        "diverged (schedule / versus)": [f"{a} / {b}" for a, b in zip(data["diverged"], data["versus_diverged"])],
-    })
+    cells = pd.DataFrame(_judgement_cells(data))
+    cells.insert(1, "versus", data["versus"].map(label))
+    cells["diverged (schedule / versus)"] = [f"{a} / {b}" for a, b in zip(data["diverged"], data["versus_diverged"])]
     return Table("end_to_end", "End to end: final chains against LR warmup (test accuracy)", cells, data,
-                 end_to_end_line(df))
+                 end_to_end_line(r))
 
 
-def regret_table(df: pd.DataFrame) -> Table | None:
+def regret_table(df: pd.DataFrame, r: Regret) -> Table | None:
     """tables/regret.csv: per schedule and cycle, max_lr and regret with its 95 % CI (paper layout)."""
-    data = regret_frame(df)
+    data = r.regret
     if data.empty:
         return None
     lam = densities(df)
@@ -484,10 +428,10 @@ def regret_table(df: pd.DataFrame) -> Table | None:
     for name, group in data.groupby("schedule", sort=False):
         group = group.set_index("cycle")
         first = first_judged(df, name) if name in SILO_METHODS else 1
-        rows[f"{_schedule_label(name)} max_lr"] = [fmt_lr(group.loc[c, "max_lr"]) for c in cycles]
-        rows[f"{_schedule_label(name)} regret"] = _marked(
+        rows[f"{schedule_label(name)} max_lr"] = [fmt_lr(group.loc[c, "max_lr"]) for c in cycles]
+        rows[f"{schedule_label(name)} regret"] = _marked(
             [DASH if pd.isna(group.loc[c, "regret"]) else
-             f"{group.loc[c, 'regret']:+.2f} {_ci(group.loc[c, 'ci_lo'], group.loc[c, 'ci_hi'])}" for c in cycles],
+             f"{group.loc[c, 'regret']:+.2f} {ci_text(group.loc[c, 'ci_lo'], group.loc[c, 'ci_hi'])}" for c in cycles],
             pd.Series(cycles), first)
     n = int(data["n"].iloc[0])
     verdict = (f"Regret in validation-accuracy points against a leave-one-out Oracle on its chain, mean and 95 % CI "

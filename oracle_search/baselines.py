@@ -8,7 +8,7 @@ from __future__ import annotations
 from oracle_search.engine import Runner
 from oracle_search.oracle import chain_suffix, cycle_trial, grid_key
 from oracle_search.schema import BASELINES, Method, Stage
-from oracle_search.selection import Curve, best_value
+from oracle_search.curve import Curve
 from trainables.schedules import SiloParams
 from trainables.spec import ExperimentSpec
 
@@ -31,7 +31,7 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], se
     rows = runner.run(trials)
     peaks = {}
     for name in schedules:
-        best = best_value(Curve.from_rows([rows[t.key] for t in trials if t.tags["method"] == name]))
+        best = Curve.from_rows([rows[t.key] for t in trials if t.tags["method"] == name]).best
         if best is None:
             runner.progress.say(f"  baselines: every peak LR diverged for {name}; it is left out")
             continue

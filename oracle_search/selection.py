@@ -21,55 +21,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+
+from oracle_search.curve import Curve, lr_key
+from oracle_search.statistics import ONE_SIDED, mean_interval
 
 TOLERANCE = 0.5  # percentage points of validation accuracy (paper §5.3)
-CONFIDENCE = 0.95  # one-sided, for the "not shown worse" and "shown within" sets
 RESOLUTION = 0.05  # an interval edge is resolved when its outside neighbour lies within 5 % of it
 _EPS = 1e-9
-
-
-def lr_key(value: float) -> float:
-    """max_lr values computed in different places compare equal after this rounding."""
-    return float(f"{value:.6g}")
-
-
-@dataclass(frozen=True)
-class Curve:
-    """One cycle's validation accuracy per (max_lr, seed), for the values every seed trained."""
-
-    acc: pd.DataFrame  # index max_lr (ascending), columns seed
-    diverged: pd.DataFrame  # same shape, bool
-
-    @classmethod
-    def from_rows(cls, rows: pd.DataFrame | Iterable[Mapping]) -> "Curve":
-        frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
-        if frame.empty:
-            empty = pd.DataFrame(dtype=float)
-            return cls(empty, empty.astype(bool))
-        frame = frame.assign(max_lr=frame["max_lr"].map(lr_key), diverged=frame["diverged"].astype(bool))
-        acc = frame.pivot_table(index="max_lr", columns="seed", values="val_acc", aggfunc="mean")
-        div = frame.pivot_table(index="max_lr", columns="seed", values="diverged", aggfunc="max")
-        complete = acc.notna().all(axis=1)
-        return cls(acc[complete].sort_index(), div[complete].sort_index().astype(bool))
-
-    @property
-    def values(self) -> list[float]:
-        return [float(v) for v in self.acc.index]
-
-    @property
-    def n_seeds(self) -> int:
-        return self.acc.shape[1]
-
-    def mean(self) -> pd.Series:
-        return self.acc.mean(axis=1)
-
-    def standard_error(self) -> pd.Series:
-        return self.acc.std(axis=1, ddof=1) / math.sqrt(self.n_seeds)  # NaN with one seed (ddof=1)
 
 
 @dataclass(frozen=True)
@@ -95,31 +57,22 @@ class Choice:
     within: tuple[bool, ...]  # per value: shown within 0.5
 
 
-def best_value(curve: Curve) -> float | None:
-    """b: the best seed-mean among values no seed diverged on; ties to the smaller max_lr."""
-    mean = curve.mean()[~curve.diverged.any(axis=1)]
-    if mean.empty:
-        return None
-    return float(mean.index[(mean >= mean.max() - _EPS).to_numpy()][0])
-
-
-def noise_excluded(d: np.ndarray, tolerance: float = TOLERANCE, confidence: float = CONFIDENCE) -> bool:
-    """Whether paired differences d_s = acc_s(b) − acc_s(v) show v more than `tolerance` points worse."""
-    n = len(d)
-    if n == 1:
+def noise_excluded(d: np.ndarray, tolerance: float = TOLERANCE, confidence: float = ONE_SIDED) -> bool:
+    """Whether paired differences d_s = acc_s(b) − acc_s(v) show v more than `tolerance` points worse: the
+    one-sided lower bound exceeds it. With one seed the bound is the difference itself (the paper's rule)."""
+    if len(d) == 1:
         return bool(d[0] > tolerance + _EPS)
-    margin = stats.t.ppf(confidence, n - 1) * np.std(d, ddof=1) / math.sqrt(n)
-    return bool(np.mean(d) - margin > tolerance + _EPS)
+    _, lower, _ = mean_interval(d, confidence, "one")
+    return bool(lower > tolerance + _EPS)
 
 
-def shown_within(d: np.ndarray, tolerance: float = TOLERANCE, confidence: float = CONFIDENCE) -> bool:
+def shown_within(d: np.ndarray, tolerance: float = TOLERANCE, confidence: float = ONE_SIDED) -> bool:
     """Whether paired differences d_s = acc_s(b) − acc_s(v) show v less than `tolerance` points worse (an
-    equivalence test, one-sided). One seed shows nothing."""
-    n = len(d)
-    if n < 2:
+    equivalence test: the one-sided upper bound is below it). One seed shows nothing."""
+    if len(d) < 2:
         return False
-    margin = stats.t.ppf(confidence, n - 1) * np.std(d, ddof=1) / math.sqrt(n)
-    return bool(np.mean(d) + margin < tolerance - _EPS)
+    _, _, upper = mean_interval(d, confidence, "one")
+    return bool(upper < tolerance - _EPS)
 
 
 def _span(values: list[float], inside: list[bool]) -> tuple[float, float, bool]:
@@ -142,16 +95,17 @@ def unimodal(mean: pd.Series, best: float, tolerance: float = TOLERANCE) -> bool
 
 def choose(curve: Curve, tolerance: float = TOLERANCE) -> Choice | None:
     """The cycle's best value and both intervals, or None when every value diverged."""
-    best = best_value(curve)
+    best = curve.best
     if best is None:
         return None
-    mean, values = curve.mean(), curve.values
-    alive = ~curve.diverged.any(axis=1).to_numpy()
+    values = curve.trained
+    acc, mean = curve.acc.loc[values], curve.mean()
+    alive = ~curve.diverged.loc[values].any(axis=1).to_numpy()
     paper = [bool(a and m >= mean[best] - tolerance - _EPS) for a, m in zip(alive, mean)]
-    base = curve.acc.loc[best].to_numpy()
-    noise = [bool(a and (v == best or not noise_excluded(base - curve.acc.loc[v].to_numpy(), tolerance)))
+    base = acc.loc[best].to_numpy()
+    noise = [bool(a and (v == best or not noise_excluded(base - acc.loc[v].to_numpy(), tolerance)))
              for a, v in zip(alive, values)]
-    within = [bool(a and (v == best or shown_within(base - curve.acc.loc[v].to_numpy(), tolerance)))
+    within = [bool(a and (v == best or shown_within(base - acc.loc[v].to_numpy(), tolerance)))
               for a, v in zip(alive, values)]
     lo, hi, contiguous = _span(values, paper)
     noise_lo, noise_hi, noise_contiguous = _span(values, noise)
@@ -215,4 +169,4 @@ def next_values(choice: Choice, grid: list[float], resolution: float = RESOLUTIO
 def dense_best(rows: pd.DataFrame) -> float | None:
     """The Oracle's seed-mean best at cycle 0 (the paper's "tuned LR" of the unpruned network), if it ran."""
     rows = rows[(rows["method"] == "oracle") & (rows["cycle"] == 0)]
-    return best_value(Curve.from_rows(rows)) if not rows.empty else None
+    return Curve.from_rows(rows).best if not rows.empty else None

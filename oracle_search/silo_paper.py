@@ -9,7 +9,7 @@ precision max_lr is resolved at all, that is the constant-ε schedule, so the ra
 grid, d₁ = ε (a top of 2ε).
 
 The search. It starts from the first `DELTA_VALUES` coarse values from d₁ up. The winner is the Oracle's rule on
-δ instead of max_lr (`selection.best_value`: best seed-mean validation accuracy at the target cycle, ties to the
+δ instead of max_lr (`Curve.best`: best seed-mean validation accuracy at the target cycle, ties to the
 smaller, a δ diverged on any seed out). Then, as the Oracle refines an edge (`selection.next_values`), each side
 of the winner is refined: with no trained value on that side, the next coarse value outward is tried; with a
 trained neighbour more than ×`BRACKET` away, their geometric midpoint. It stops when both trained neighbours lie
@@ -31,7 +31,8 @@ from oracle_search.engine import Runner
 from oracle_search.oracle import grid_key
 from oracle_search.schema import Method, Stage
 from trainables.atomic import atomic_write_json
-from oracle_search.selection import RESOLUTION, Curve, best_value, lr_key
+from oracle_search.curve import Curve, lr_key
+from oracle_search.selection import RESOLUTION
 from trainables.schedules import SiloParams
 
 PAPER_Q, PAPER_BETA = 1, 5.0
@@ -134,7 +135,7 @@ def search_delta(runner: Runner, epsilon: float, grid: list[float], seeds: list[
     done = 0
     while True:
         curve = Curve.from_rows(rows)
-        winner, trained = best_value(curve), curve.values
+        winner, trained = curve.best, curve.trained
         if winner is None:
             why = "every δ diverged"
             break

@@ -7,13 +7,27 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.regret import end_to_end, oracle_curves, regret_table, verdict_table
+from analysis.regret import analyse, oracle_curves
+from analysis.select import last_cycle
+from oracle_search.curve import DuplicateRows
 from oracle_search.schema import results_frame
 from oracle_rows import oracle_rows
 
 T2 = 4.302652729911275  # t(0.975, 2)
 T1 = 12.706204736174707  # t(0.975, 1)
 X = 0.1 * 2 ** 0.25  # a quarter of the way from 0.1 to 0.2 in ln x (0.189 of the way in x)
+
+
+def regret_table(df):
+    return analyse(df).regret
+
+
+def verdict_table(df):
+    return analyse(df).verdict
+
+
+def end_to_end(df):
+    return analyse(df).end_to_end
 
 
 oracle = oracle_rows
@@ -119,7 +133,7 @@ def test_verdict_decisive_indistinguishable_and_undefined():
     row = by.loc[("silo_paper", "constant_dense")]
     assert (row.advantage, row.ci_lo, row.ci_hi, row.verdict) == (pytest.approx(-3), pytest.approx(-3),
                                                                   pytest.approx(-3), "worse")
-    assert row.seeds_needed == 2  # no spread: the smallest n' allowed
+    assert pd.isna(row.seeds_needed)  # zero spread: no power to compute (the report says "zero spread")
     # silo_paper − oracle: −R_s = −([−1,0,−1] + [4,5,3]) = [−3,−5,−2]: mean −10/3, sd √(7/3).
     row = by.loc[("silo_paper", "oracle")]
     assert row.advantage == pytest.approx(-10 / 3)
@@ -175,7 +189,7 @@ def test_one_seed_leaves_regret_and_verdict_undefined():
 def test_end_to_end_pairs_evaluation_seeds_and_leaves_out_diverged_chains():
     """silo_paper − warmup per seed, Σ over cycles 1..2 of test accuracy: seed 10 (79−78)+(77−75) = 3, seed 11
     (80−79)+(76−76) = 1, seed 12 diverged at cycle 2 (left out, counted): mean 2, sd √2, n 2.
-    silo_fit = warmup + 1 at cycles 1 and 2 on every seed: [2, 2, 2], better, seeds_needed 2."""
+    silo_fit = warmup + 1 at cycles 1 and 2 on every seed: [2, 2, 2], better, with zero spread (no seeds_needed)."""
     warm = {10: [80, 78, 75], 11: [81, 79, 76], 12: [80, 77, 74]}
     paper = {10: [80, 79, 77], 11: [81, 80, 76], 12: [80, 77, 74]}
     fit = {s: [a[0], a[1] + 1, a[2] + 1] for s, a in warm.items()}
@@ -189,8 +203,9 @@ def test_end_to_end_pairs_evaluation_seeds_and_leaves_out_diverged_chains():
     assert (row.ci_lo, row.ci_hi) == pytest.approx(ci(2, math.sqrt(2), 2, T1))
     assert row.verdict == "indistinguishable" and row.seeds == "10 11"
     row = by.loc["silo_fit"]
-    assert (row.n, row.advantage, row.ci_lo, row.ci_hi, row.verdict, row.seeds_needed) == (
-        3, pytest.approx(2), pytest.approx(2), pytest.approx(2), "better", 2)
+    assert (row.n, row.advantage, row.ci_lo, row.ci_hi, row.verdict) == (
+        3, pytest.approx(2), pytest.approx(2), pytest.approx(2), "better")
+    assert pd.isna(row.seeds_needed)  # zero spread
 
 
 def test_no_oracle_rows_give_empty_tables():
@@ -204,3 +219,41 @@ def test_no_pruning_cycle_leaves_the_verdict_undefined():
     df = results_frame(oracle({0: dense}) + final("silo_paper", {0: 0.2}))  # b^(−s) = 0.2 for every s
     assert regret_table(df).set_index("schedule").loc["silo_paper", "regret"] == pytest.approx(0)
     assert verdict_table(df)["verdict"].eq("undefined").all()
+
+
+def test_no_pruning_cycle_has_no_best_constant():
+    """L = 0: constant_best would be an empty sum, so it is None (not the smallest value): its regret row has no
+    max_lr and its verdict is undefined. The control: with cycles 1..2 the same rows give 0.4."""
+    dense = (0.2, {lr: {s: a for s, a in accs.items() if s < 3} for lr, accs in CYCLES[0][1].items()})
+    df = results_frame(oracle({0: dense}) + final("silo_paper", {0: 0.2}))
+    r = analyse(df)
+    assert r.last == 0 and r.schedules["constant_best"] == {}
+    assert pd.isna(r.regret.set_index("schedule").loc["constant_best", "max_lr"])
+    assert r.verdict.set_index("versus").loc["constant_best", "verdict"] == "undefined"
+    assert analyse(table()).schedules["constant_best"] == {0: 0.4, 1: 0.4, 2: 0.4}
+
+
+def test_a_duplicate_oracle_row_on_the_chain_is_refused_not_averaged():
+    """Two current Oracle rows of one (cycle, max_lr, seed) with different accuracies: the analysis names them."""
+    rows = oracle(CYCLES, DIVERGED)
+    again = dict(next(r for r in rows if r["cycle"] == 1 and r["max_lr"] == 0.4 and r["seed"] == 0))
+    again.update(val_acc=again["val_acc"] - 5, key="again")  # not the value chained forward: the chain goes on
+    with pytest.raises(DuplicateRows, match=r"(?s)share \(max_lr, seed\).*0\.4 +0 "):
+        analyse(results_frame(rows + [again]))
+    analyse(results_frame(rows))  # the control: the same table without the copy is analysed
+
+
+def test_silo_seeds_that_disagree_on_max_lr_are_refused():
+    lrs = {0: 0.2, 1: 0.2, 2: 0.4}
+    rows = oracle(CYCLES, DIVERGED) + final("silo_paper", lrs)
+    rows[-1] = {**rows[-1], "max_lr": 0.3}  # one seed's last cycle at another max_lr
+    with pytest.raises(ValueError, match="silo_paper's final rows use several max_lr at cycle"):
+        analyse(results_frame(rows))
+
+
+def test_the_last_cycle_is_one_rule():
+    """L is the Oracle's last current cycle; the end-to-end comparison sums over the same cycles even when another
+    method's chains go further; without Oracle rows it is the table's last cycle."""
+    df = results_frame(oracle(CYCLES, DIVERGED) + final("silo_paper", {0: 0.2, 1: 0.2, 2: 0.2, 3: 0.2}))
+    assert last_cycle(df) == 2 == analyse(df).last
+    assert last_cycle(results_frame(final("silo_paper", {0: 0.2, 1: 0.2}))) == 1

@@ -111,7 +111,7 @@ def report(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     return out, report_of(out, realistic())
 
 
-TABLES = ("oracle", "oracle_values", "oracle_seeds", "verdict", "end_to_end", "regret", "accuracy", "cost",
+TABLES = ("answer", "oracle", "oracle_values", "oracle_seeds", "verdict", "end_to_end", "regret", "accuracy", "cost",
           "statistics")
 FIGURES = ("regret", "max_lr", "accuracy", "histograms")
 
@@ -139,19 +139,35 @@ def test_the_answer_comes_first_and_the_settings_last(report):
     assert sections(md) == ["The answer", "Oracle max_lr and intervals (paper §5.3)", "Regret, controls and verdict",
                             "Test accuracy", "Cost", "Gradient and activation statistics (§3.1)", "Settings"]
     answer = md[md.index("## The answer"):md.index("## Oracle max_lr")]
-    assert answer.index("_Does SILO (paper) beat not adapting and the best constant in hindsight? It ") < answer.index(
-        "_Does SILO (fit) beat")
-    assert re.search(r"not adapting \(constant_dense = 0\.08\): [+-]\d+\.\d\d points \(95 % CI \[[+-]\d+\.\d\d, "
-                     r"[+-]\d+\.\d\d\]\)", answer)
-    assert "the best constant in hindsight (constant_best = 0.32, optimistic)" in answer
-    assert "summed over cycles 1–4, n = 3 tuning seeds)." in answer
-    assert "These are 6 comparisons (2 SILO variants × the Oracle, constant_dense and constant_best), each at 95 %, " \
-           "not corrected for multiplicity." in answer
-    assert "End to end, each method's own final chains on the evaluation seeds" in answer
-    assert re.search(r"SILO \(paper\) cost \d+% of the Oracle's epochs", answer)
+    # The verdict as a table, first: rows the SILO variants, columns the Oracle and both controls with their max_lr.
+    table = answer[answer.index("| SILO"):answer.index("![")]
+    header = table.splitlines()[0]
+    assert re.search(r"\| SILO +\| +vs the Oracle +\| +vs not adapting \(max_lr 0\.08\) +\| vs the best constant "
+                     r"\(max_lr 0\.32, optimistic\) +\|", header), header
+    cell = r"(▲ better|▼ worse|≈ indistinguishable) [+-]\d+\.\d\d \[[+-]\d+\.\d\d, [+-]\d+\.\d\d\]"
+    for variant in ("SILO (paper)", "SILO (fit)"):
+        row = next(line for line in table.splitlines() if line.startswith(f"| {variant} "))
+        assert len(re.findall(cell, row)) == 3, row
+    assert answer.index("| SILO (paper)") < answer.index("| SILO (fit)")
+    # Then the two figures, then the prose the table cannot say.
+    assert answer.index("| SILO") < answer.index("(figures/regret.png)") < answer.index("(figures/max_lr.png)")
+    prose = answer[answer.index("(figures/max_lr.png)"):]
+    assert "Does SILO (paper) beat" not in answer  # the sentences live in the regret section now
+    assert "The controls come from the Oracle's rows" in prose
+    assert "End to end, each method's own final chains on the evaluation seeds" in prose
+    assert re.search(r"SILO \(paper\) cost \d+% of the Oracle's epochs", prose)
     assert re.search(r"SILO \(paper\) is ahead of every method it shares evaluation seeds with at \d of 5 densities",
-                     answer)
-    assert "Best mean test accuracy per density: 100 %: " in answer and "(figures/regret.png)" in answer
+                     prose)
+    assert "Best mean test accuracy per density: 100 %: " in prose
+    regret = md[md.index("## Regret, controls and verdict"):]
+    assert regret.index("Does SILO (paper) beat not adapting and the best constant in hindsight? It ") < regret.index(
+        "Does SILO (fit) beat")
+    assert re.search(r"not adapting \(constant_dense = 0\.08\): [+-]\d+\.\d\d points \(95 % CI \[[+-]\d+\.\d\d, "
+                     r"[+-]\d+\.\d\d\]\)", regret)
+    assert "the best constant in hindsight (constant_best = 0.32, optimistic)" in regret
+    assert "summed over cycles 1–4, n = 3 tuning seeds)." in regret
+    assert "These are 6 comparisons (2 SILO variants × the Oracle, constant_dense and constant_best), each at 95 %, " \
+           "not corrected for multiplicity." in regret
     assert md.index("constant_dense") < md.index("constant_best") < md.index("| ")  # both controls before a table
     assert "| preset |" not in md[:md.index("## Settings")]
     settings = md[md.index("## Settings"):]
@@ -184,8 +200,12 @@ def test_html_is_self_contained_with_the_answer_first(report):
     assert page.count("<table>") == len(TABLES) + 1  # plus the settings
     headings = re.findall(r"<h2[^>]*>([^<]+)</h2>", page)
     assert headings[0] == "The answer" and headings[-1] == "Settings"
-    assert page.index("Does SILO (paper) beat not adapting") < page.index("<table>")
+    first_table = page[page.index("<table>"):page.index("</table>")]
+    assert "vs not adapting (max_lr 0.08)" in first_table and "SILO (fit)" in first_table
+    assert page.index("<table>") < page.index("<img")  # the verdict table before any figure
     assert page.index("constant_best") < page.index("<table>")
+    # better / worse / indistinguishable told apart by a mark and a word, not by colour alone
+    assert re.search(r"<td>(▲ better|▼ worse|≈ indistinguishable) ", first_table)
 
 
 def in_set_by_hand(x: float, members: pd.DataFrame) -> bool:
@@ -313,8 +333,9 @@ def test_hand_made_regret_and_verdict(hand):
     assert regret.loc[("silo_paper", 1), "regret"] == pytest.approx(0)
     verdict = pd.read_csv(printed["tables/verdict.csv"]).set_index(["schedule", "versus"])
     row = verdict.loc[("silo_paper", "constant_dense")]  # a(0.2) − a(0.1) = [0.4, 0.4, 0.4]
-    assert (row.advantage, row.ci_lo, row.ci_hi, row.verdict, row.seeds_needed) == (
-        pytest.approx(0.4), pytest.approx(0.4), pytest.approx(0.4), "better", 2)
+    assert (row.advantage, row.ci_lo, row.ci_hi, row.verdict) == (
+        pytest.approx(0.4), pytest.approx(0.4), pytest.approx(0.4), "better")
+    assert pd.isna(row.seeds_needed)  # zero spread: no power to compute; the sentence says so
     row = verdict.loc[("silo_paper", "oracle")]
     assert (row.advantage, row.verdict) == (pytest.approx(0), "indistinguishable") and pd.isna(row.seeds_needed)
     row = verdict.loc[("silo_fit", "constant_best")]  # a(0.4) − a(0.2) = [0.1, −0.9, −1.9]
@@ -326,7 +347,8 @@ def test_hand_made_regret_and_verdict(hand):
     assert row.seeds_needed == need == 12
     md = printed["report.md"].read_text()
     assert ("Does SILO (paper) beat not adapting and the best constant in hindsight? It beats not adapting "
-            "(constant_dense = 0.1): +0.40 points (95 % CI [+0.40, +0.40]); it is not distinguishable from the best "
+            "(constant_dense = 0.1): +0.40 points (95 % CI [+0.40, +0.40]), zero spread: all 3 seeds gave the same "
+            "difference; it is not distinguishable from the best "
             "constant in hindsight (constant_best = 0.2, optimistic) at n = 3: +0.00 points (95 % CI [+0.00, "
             "+0.00]), no difference at all; it is not distinguishable from the Oracle at n = 3") in md
     assert "is not distinguishable from the best constant in hindsight (constant_best = 0.2, optimistic) at n = 3: " \

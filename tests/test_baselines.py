@@ -7,7 +7,7 @@ import pytest
 
 from oracle_search.cli import main
 from oracle_search.schema import BASELINES
-from oracle_search.selection import Curve, best_value
+from oracle_search.curve import Curve
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ def test_baselines_tune_on_tuning_seeds_and_run_finals_on_evaluation_seeds(tmp_p
         for cycle in range(3):
             assert counts[(method, cycle)] == 2
     for method in BASELINES:
-        best = best_value(Curve.from_rows(tune[tune["method"] == method]))  # seed-mean over both tuning seeds
+        best = Curve.from_rows(tune[tune["method"] == method]).best  # seed-mean over both tuning seeds
         assert set(final[final["method"] == method]["max_lr"]) == {best}
         assert (final[final["method"] == method]["schedule"] == method).all()
     assert final["selected"].all()

@@ -11,7 +11,8 @@ import pytest
 from scipy import stats
 
 from oracle_search.schema import results_frame
-from oracle_search.selection import (Curve, best_value, bracket, choose, dense_best, in_set, lr_key, next_values,
+from oracle_search.curve import Curve, DuplicateRows
+from oracle_search.selection import (bracket, choose, dense_best, in_set, lr_key, next_values,
                                      noise_excluded, shown_within, unimodal)
 
 
@@ -120,7 +121,7 @@ def test_ties_go_to_the_smaller_max_lr_even_after_float_rounding():
     # The same three accuracies in another seed order: 0.3's mean comes out 1.4e-14 higher, still a tie.
     tie = curve({0.2: [82.3, 77.7, 89.9], 0.3: [77.7, 89.9, 82.3]})
     assert tie.mean()[0.3] > tie.mean()[0.2]
-    assert best_value(tie) == 0.2
+    assert tie.best == 0.2
 
 
 def test_a_value_some_seed_diverged_on_is_never_best_nor_inside():
@@ -137,17 +138,18 @@ def test_values_not_trained_by_every_seed_are_left_out():
     table = rows({0.1: [80.0, 80.0, 80.0], 0.2: [79.0, 79.0, 79.0]})
     table += [{"max_lr": 0.15, "seed": s, "val_acc": 95.0, "diverged": False} for s in (0, 2)]
     c = Curve.from_rows(table)
-    assert c.values == [0.1, 0.2] and c.n_seeds == 3
+    assert c.trained == [0.1, 0.2] and c.n_seeds == 3
     choice = choose(c)
     assert choice.best == 0.1 and choice.values == (0.1, 0.2)
 
 
-def test_repeats_are_averaged_and_max_lr_values_computed_apart_compare_equal():
+def test_a_repeated_value_is_refused_naming_the_rows_and_values_computed_apart_compare_equal():
     table = rows({0.1 + 0.2: [80.0, 80.0], 0.6: [79.0, 79.0]})
+    c = Curve.from_rows(pd.DataFrame(table))  # the control: one row per (max_lr, seed) is a curve
+    assert c.trained == [0.3, 0.6] and c.mean().to_dict() == pytest.approx({0.3: 80.0, 0.6: 79.0})
     table += [{"max_lr": 0.3, "seed": 0, "val_acc": 78.0, "diverged": False}]  # seed 0's 0.3 again
-    c = Curve.from_rows(pd.DataFrame(table))
-    assert c.values == [0.3, 0.6]
-    assert c.mean().to_dict() == pytest.approx({0.3: 79.5, 0.6: 79.0})
+    with pytest.raises(DuplicateRows, match=r"(?s)2 rows share \(max_lr, seed\).*0\.3 +0 +80\.0.*0\.3 +0 +78\.0"):
+        Curve.from_rows(pd.DataFrame(table))
     assert lr_key(0.1 + 0.2) == 0.3 and lr_key(0.028284271247) == 0.0282843
 
 
