@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from oracle_search.estimate import ESTIMATE_FILE  # noqa: F401  (the report reads what the estimate wrote)
+
 
 class BadResults(ValueError):
     """A results table the report cannot read: the message names the file and, if any, the missing columns."""
-
-
-ESTIMATE_FILE = "estimate.json"  # written by oracle_search.estimate before a run, finished after it
 
 
 def required_columns() -> list[str]:

@@ -5,6 +5,8 @@ import html as _html
 
 import pandas as pd
 
+from oracle_search.estimate import duration  # noqa: F401  (the report prints the estimate's wall times)
+
 _LATEX = {
     "\\": r"\textbackslash{}",
     "&": r"\&",
@@ -21,11 +23,6 @@ _LATEX = {
     "σ": r"$\sigma$",
     "–": "--",
 }
-
-
-def duration(seconds: float) -> str:
-    """A wall time for a person: seconds, and minutes past one."""
-    return f"{seconds:,.0f} s ({seconds / 60:.1f} min)" if seconds >= 60 else f"{seconds:.1f} s"
 
 
 def _bold(cells: pd.DataFrame, bold: pd.DataFrame | None) -> list[list[bool]]:

@@ -338,9 +338,9 @@ def _seconds_per_epoch(args: argparse.Namespace) -> float | None:
 def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, options, per_epoch: float | None) -> int:
     """The plan, the precision and the wall-time estimate; nothing trains and nothing is written to --out."""
     from oracle_search.estimate import estimate
-    from oracle_search.pipeline import resolve_precision
+    from oracle_search.pipeline import resolve_run_precision
 
-    spec = resolve_precision(spec, Path(args.out), args.address)
+    spec = resolve_run_precision(spec, Path(args.out), args.address)
     found = estimate(command, spec, options, args.address, per_epoch)
     print(f"{command} --dry-run: {spec.preset}, {spec.cycles + 1} cycles of {spec.epochs} epochs")
     print("\n".join(found.lines()))

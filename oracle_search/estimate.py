@@ -15,10 +15,16 @@ The counts follow the drivers' rules (docs/design.md, "Which values are trained"
 "Typical" counts refinement as the main job of 2026-11-26 ran it (README): 3 new Oracle values per round (13-17
 values per cycle were trained, of at most 18) and one δ round of 2.
 
-The wall time: typical epochs × seconds per epoch / the slots a phase can fill (Ray's CPUs and GPUs divided by one
-trial's, `max_concurrent` respected, and never more than the trainings a phase hands out at once). Seconds per
-epoch come from `--seconds-per-epoch`, or from timing a few steps and one evaluation on a worker with one trial's
-resources (`probe_seconds_per_epoch`)."""
+Trials: with fusion (`--fuse`; by default every candidate of a (seed, cycle) on GPUs) the engine trains up to `fuse`
+max_lr candidates of one (seed, cycle, start) as one fused network in one Tune trial (`engine.Runner._configs`):
+each round of the Oracle's and each schedule's cycle-0 tuning on a seed is ⌈values / fuse⌉ trials. SILO (its own
+max_lr), the final chains (one max_lr per chain and cycle) and fp16 (`engine.fusable`) run one training per trial.
+
+The wall time: typical epochs × seconds per epoch / the slots a phase can fill (`engine.trial_slots`: Ray's CPUs
+and GPUs divided by one trial's, `max_concurrent` respected, the same count the Runner runs by; never more than
+the trials a phase hands out at once). Seconds per epoch (one candidate's) come from `--seconds-per-epoch`, or from
+timing a few steps and one evaluation on a worker with one trial's resources (`probe_seconds_per_epoch`), of a
+fused network of the grid's candidates when the Oracle fuses (its time / the candidates)."""
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +36,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from analysis.files import ESTIMATE_FILE
-from analysis.render import duration
 from oracle_search.schema import BASELINES
 from trainables.atomic import atomic_write_json
 from trainables.spec import ExperimentSpec, SpecError
@@ -42,18 +46,33 @@ MOST_ORACLE_VALUES_PER_ROUND = 4  # one per edge of the two intervals (selection
 PROBE_STEPS = 100
 MAX_PROBES = 64  # copies of the probe at once on a cluster (each holds one trial's resources)
 _EPS = 1e-9
+ESTIMATE_FILE = "estimate.json"  # in the results folder: written before a run, finished after it, read by the report
+
+
+def duration(seconds: float) -> str:
+    """A wall time for a person: seconds, and minutes past one."""
+    return f"{seconds:,.0f} s ({seconds / 60:.1f} min)" if seconds >= 60 else f"{seconds:.1f} s"
 
 
 @dataclass(frozen=True)
 class Phase:
-    """One phase of a command: trainings at most and typically, each of `epochs` epochs, handed out in batches
-    of at least `width` trainings at once."""
+    """One phase of a command: trainings (one per candidate max_lr, seed and cycle) at most and typically, each of
+    `epochs` epochs, run as `most_trials` / `typical_trials` Tune trials (fewer than the trainings where up to
+    `fuse` candidates share a fused trial), handed out in batches of at least `width` trials at once."""
 
     name: str
     most: int
     typical: int
     epochs: int
     width: int
+    most_trials: int = -1  # -1: one trial per training
+    typical_trials: int = -1
+    fuse: int = 1
+
+    def __post_init__(self) -> None:
+        for which in ("most", "typical"):
+            if getattr(self, f"{which}_trials") < 0:
+                object.__setattr__(self, f"{which}_trials", getattr(self, which))
 
     @property
     def most_epochs(self) -> int:
@@ -86,12 +105,20 @@ class Estimate:
                 "seconds_at_most": self.seconds("most")}
 
     def lines(self) -> list[str]:
-        head = f"{'phase':<16} {'trainings':>10} {'(at most)':>10} {'epochs':>9} {'(at most)':>10}"
-        rows = [f"{p.name:<16} {p.typical:>10,} {p.most:>10,} {p.typical_epochs:>9,} {p.most_epochs:>10,}"
-                for p in self.phases]
-        total = (f"{'total':<16} {sum(p.typical for p in self.phases):>10,} {sum(p.most for p in self.phases):>10,} "
-                 f"{sum(p.typical_epochs for p in self.phases):>9,} {sum(p.most_epochs for p in self.phases):>10,}")
-        return [head, *rows, total,
+        fields = ("typical", "most", "typical_trials", "most_trials", "typical_epochs", "most_epochs")
+
+        def row(name: str, values: list[int]) -> str:
+            return f"{name:<16} " + " ".join(f"{v:>{w},}" for v, w in zip(values, (10, 10, 8, 10, 9, 10)))
+
+        head = (f"{'phase':<16} {'trainings':>10} {'(at most)':>10} {'trials':>8} {'(at most)':>10} {'epochs':>9} "
+                f"{'(at most)':>10}")
+        rows = [row(p.name, [getattr(p, f) for f in fields]) for p in self.phases]
+        total = row("total", [sum(getattr(p, f) for p in self.phases) for f in fields])
+        fused = [p for p in self.phases if p.fuse > 1]
+        note = ([f"fused: up to {max(p.fuse for p in fused)} max_lr candidates of a (seed, cycle) per trial in "
+                 f"{', '.join(p.name for p in fused)} (--fuse); each other phase trains one per trial"]
+                if fused else ["fused: no (one training per trial)"])
+        return [head, *rows, total, *note,
                 f"precision: {self.precision}",
                 f"seconds per epoch: {self.seconds_per_epoch:.4g} ({self.source})",
                 f"slots: {self.slots} trial(s) at once",
@@ -116,16 +143,19 @@ def widest_bracket(grid: list[float], width: float = 4.0) -> int:
     return best
 
 
-def oracle_phase(spec: ExperimentSpec, seeds: int, refine: int, bracket: bool) -> Phase:
+def oracle_phase(spec: ExperimentSpec, seeds: int, refine: int, bracket: bool, fuse: int = 1) -> Phase:
+    """`fuse`: candidates per fused trial (`engine.fuse_size`); each round on a seed is ⌈its values / fuse⌉ trials."""
     g = len(set(spec.grid))
     later = min(widest_bracket(list(spec.grid)), g + 1) + 1 if bracket else g + 1  # + the dense best
     cycles = spec.cycles
 
-    def count(per_round: int) -> int:
-        return seeds * ((g + per_round * refine) + cycles * (later + per_round * refine))
+    def count(per_round: int, k: int = 1) -> int:  # k: trainings per trial
+        return seeds * ((-(-g // k) + -(-per_round // k) * refine) + cycles * (-(-later // k) + -(-per_round // k)
+                                                                              * refine))
 
-    return Phase("oracle", count(MOST_ORACLE_VALUES_PER_ROUND), count(TYPICAL_ORACLE_VALUES_PER_ROUND),
-                 spec.epochs, seeds * (TYPICAL_ORACLE_VALUES_PER_ROUND if refine else g))
+    typical, most = TYPICAL_ORACLE_VALUES_PER_ROUND, MOST_ORACLE_VALUES_PER_ROUND
+    return Phase("oracle", count(most), count(typical), spec.epochs, seeds * -(-(typical if refine else g) // fuse),
+                 count(most, fuse), count(typical, fuse), fuse)
 
 
 def silo_paper_phase(spec: ExperimentSpec, seeds: int, target: int) -> Phase:
@@ -148,66 +178,54 @@ def silo_fit_phase(spec: ExperimentSpec, trials: int, fit_seeds: int, target: in
 
 
 def baselines_phases(spec: ExperimentSpec, seeds: int, eval_seeds: int, silo_variants: int,
-                     oracle_ran: bool) -> list[Phase]:
+                     oracle_ran: bool, fuse: int = 1) -> list[Phase]:
+    """`fuse`: candidates per fused trial in the tuning, where each schedule's grid on a seed is one batch (the
+    final chains train one max_lr per chain and cycle: nothing to fuse)."""
     tuned = [s for s in BASELINES if not (oracle_ran and s == spec.schedule.name)]  # that one is the Oracle's
-    tune = len(tuned) * len(set(spec.grid)) * seeds
+    g = len(set(spec.grid))
+    tune, trials = len(tuned) * g * seeds, len(tuned) * -(-g // fuse) * seeds
     finals = (len(BASELINES) + silo_variants) * eval_seeds * (spec.cycles + 1)
-    return [Phase("baselines_tune", tune, tune, spec.epochs, max(1, tune)),
+    return [Phase("baselines_tune", tune, tune, spec.epochs, max(1, trials), trials, trials, fuse),
             Phase("finals", finals, finals, spec.epochs, (len(BASELINES) + silo_variants) * eval_seeds)]
+
+
+def candidates_per_trial(spec: ExperimentSpec, fuse: int) -> int:
+    """How many of a (seed, cycle)'s max_lr candidates the engine fuses into one trial for this run's `--fuse`
+    (`engine.fuse_size`), 1 where it fuses none (`engine.fusable`: fp16)."""
+    from oracle_search.engine import fusable, fuse_size
+
+    return fuse_size(spec, fuse) if fusable(spec, min(spec.grid)) else 1
 
 
 def plan(command: str, spec: ExperimentSpec, options) -> list[Phase]:
     """The phases `command` ("oracle" or "compare") runs with `options` (pipeline.OracleOptions or
-    CompareOptions)."""
+    CompareOptions), fused as the engine fuses them: one Runner, with `--fuse`, runs every phase of a command."""
     if command == "oracle":
-        return [oracle_phase(spec, options.seeds, options.refine, options.bracket)]
+        k = candidates_per_trial(spec, options.fuse)
+        return [oracle_phase(spec, options.seeds, options.refine, options.bracket, k)]
     o, fit = options.oracle, options.fit
+    k = candidates_per_trial(spec, o.fuse)
     target = fit.target(spec)
-    phases = [oracle_phase(spec, o.seeds, o.refine, o.bracket)]
+    phases = [oracle_phase(spec, o.seeds, o.refine, o.bracket, k)]
     if options.silo_fit:
         phases.append(silo_fit_phase(spec, fit.trials, fit.seeds, target))
     phases.append(silo_paper_phase(spec, o.seeds, target))
-    phases += baselines_phases(spec, o.seeds, options.eval_seeds, 1 + options.silo_fit, oracle_ran=True)
+    phases += baselines_phases(spec, o.seeds, options.eval_seeds, 1 + options.silo_fit, oracle_ran=True, fuse=k)
     return phases
 
 
 # --- slots and the timing probe ------------------------------------------------------------------------------------
 
-def slots(spec: ExperimentSpec, address: str | None) -> int:
-    """Trials at once, as `engine.Runner.slots` counts them: --max-concurrent when given, else the cluster's CPUs
-    and GPUs (this machine's, for a local Ray) divided by one trial's."""
-    res = spec.resources
-    if res.max_concurrent:
-        return res.max_concurrent
-    from oracle_search.engine import autoscaler_ceiling, cluster_address
-
-    if cluster_address(address):
-        import ray
-
-        from oracle_search.engine import connect
-        from trainables.sources import runtime_env
-
-        connect(address, runtime_env(spec))
-        total = dict(ray.cluster_resources())
-        for resource, amount in (autoscaler_ceiling() or {}).items():
-            total[resource] = max(total.get(resource, 0), amount)
-    else:  # a local Ray is sized to this machine (engine.connect)
-        import torch
-
-        total = {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count()}
-    n = int(total.get("CPU", 0) // res.cpus_per_trial)
-    if res.gpus_per_trial > 0:
-        n = min(n, int(total.get("GPU", 0) // res.gpus_per_trial))
-    return max(1, n)
-
-
-def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> dict:
+def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS, fuse: int = 1) -> dict:
     """Seconds of one epoch of `spec` on this process's device and threads: `steps` timed training steps (after
     10 untimed ones) scaled to the epoch's steps, plus one validation pass (CPU time on one CPU thread). A
-    training shorter than `steps` is timed over its own length: the probe never costs more than one training."""
+    training shorter than `steps` is timed over its own length: the probe never costs more than one training.
+    `fuse` > 1: the steps and the pass of a fused network of that many candidates (`trainables.fused`), each
+    time divided by them: one candidate's share, as a fused trial spends it."""
     import torch
 
     from trainables.cycle import accuracy, make_optimizer, resolve_device, train_step
+    from trainables.fused import Fused, FusedOptimizer, fused_accuracy, fused_step
     from trainables.plugins import build_model, load_data
     from trainables.pruning import MaskedWeights, full_masks
 
@@ -215,20 +233,32 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> dict:
     data = load_data(spec).to(device)
     torch.manual_seed(spec.seed)
     model = build_model(spec.model, data.input_shape, data.num_classes).to(device)
-    optimizer = make_optimizer(spec.optimizer, model.parameters(), min(spec.grid))
-    masked = MaskedWeights(model, full_masks(model))
     generator = torch.Generator().manual_seed(spec.seed)
+    if fuse > 1:
+        fused = Fused.replicate(model, fuse)
+        fused_optimizer = FusedOptimizer(spec.optimizer, fused.params)
+        masks = {name: m.to(fused.params[name].dtype) for name, m in full_masks(model).items()}
+        lrs = torch.full((fuse,), min(spec.grid), device=device)
+
+        def train(x, y):
+            return fused_step(fused, fused_optimizer, masks, x, y, lrs, spec, device).sum()
+    else:
+        optimizer = make_optimizer(spec.optimizer, model.parameters(), min(spec.grid))
+        masked = MaskedWeights(model, full_masks(model))
+
+        def train(x, y):
+            return train_step(model, optimizer, masked, x, y, spec, device)
 
     # On one CPU thread, that thread's CPU time: other processes on a busy machine would otherwise make it the
     # estimate of the moment (seen here: 5x at load 12 on 2 cores). Else (a GPU, several threads) the wall clock.
     clock = time.thread_time if device.type == "cpu" and torch.get_num_threads() == 1 else time.perf_counter
 
     def run(n: int) -> float:
-        model.train()
+        (fused if fuse > 1 else model).train()
         start, done = clock(), 0
         while done < n:
             for x, y in data.batches("train", spec.batch_size, generator):
-                loss = train_step(model, optimizer, masked, x, y, spec, device)
+                loss = train(x, y)
                 done += 1
                 if done == n:
                     break
@@ -238,22 +268,34 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> dict:
     per_epoch = math.ceil(data.size("train") / spec.batch_size)
     steps = max(1, min(steps, spec.epochs * per_epoch))
     run(min(10, steps))  # the first steps build the allocator's pools and oneDNN's kernels
-    step = run(steps) / steps
+    step = run(steps) / steps / fuse
     start = clock()
-    accuracy(model, data, "val", spec, device)
-    evaluation = clock() - start
+    if fuse > 1:
+        fused_accuracy(fused, data, "val", spec, device)
+    else:
+        accuracy(model, data, "val", spec, device)
+    evaluation = (clock() - start) / fuse
     return {"seconds_per_epoch": per_epoch * step + evaluation, "step": step, "steps": steps,
-            "evaluation": evaluation, "steps_per_epoch": per_epoch, "device": str(device)}
+            "evaluation": evaluation, "steps_per_epoch": per_epoch, "device": str(device), "fuse": fuse}
 
 
-def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together: int = 1) -> dict:
+def copy_gpus(copies: int, gpus_per_trial: float, gpus: int) -> list[int]:
+    """The GPU each local timing copy runs on, as a local Ray places that many trials: the i-th trial's first GPU
+    is GPU ⌊i · gpus_per_trial⌋ (fractional trials share one), so copies never pile onto GPU 0; at most as many
+    copies as this machine's `gpus` hold."""
+    fit = int(gpus // gpus_per_trial) if gpus_per_trial > 0 else 0
+    return [int(i * gpus_per_trial) for i in range(max(1, min(copies, fit)))]
+
+
+def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together: int = 1, fuse: int = 1) -> dict:
     """`time_epoch` where trials run, with torch limited to one trial's CPUs, `together` copies at once: trials
     running side by side slow each other down (shared caches, memory bandwidth, clock speed: 1.27x per training
     for 2 trials on this 2-core machine's main job), so the probe runs as many at once as the run will. On a
     cluster, Ray tasks holding one trial's resources each; where every trial runs on this machine
     (engine.trials_run_here), threads of this process (a Ray worker's start costs more than the whole probe), at
-    most one per trial's share of this machine's CPUs. The answer is the copies' mean, with how many ran
-    (`copies`)."""
+    most one per trial's share of this machine's CPUs, and on GPUs each copy on the GPU its trial would get
+    (`copy_gpus`). `fuse`: time a fused network of that many candidates (`time_epoch`). The answer is the copies'
+    mean, with how many ran (`copies`)."""
     from oracle_search.engine import local_trial_device, trials_run_here
 
     res, threads = spec.resources, spec.resources.threads
@@ -264,8 +306,20 @@ def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together:
         copies = max(1, min(together, (os.cpu_count() or 1) // threads))
         local = dataclasses.replace(spec, device=local_trial_device(spec))
         load_data(local)  # once, before the copies start: they share load_data's cache
+        if local.device != "cuda":
+            def timed(_: int) -> dict:
+                return time_epoch(local, fuse=fuse)
+        else:
+            import torch
+
+            gpus = copy_gpus(copies, res.gpus_per_trial, torch.cuda.device_count())
+            copies = len(gpus)
+
+            def timed(i: int) -> dict:
+                with torch.cuda.device(gpus[i]):  # the current device is per thread: resolve_device("cuda") finds it
+                    return time_epoch(local, fuse=fuse)
         with torch_threads(threads), ThreadPoolExecutor(copies) as pool:
-            return _mean(list(pool.map(lambda _: time_epoch(local), range(copies))))
+            return _mean(list(pool.map(timed, range(copies))))
     import ray
 
     from oracle_search.engine import connect
@@ -274,17 +328,17 @@ def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together:
     connect(address, runtime_env(spec))
 
     @ray.remote
-    def probe(spec: ExperimentSpec, threads: int) -> dict:
+    def probe(spec: ExperimentSpec, threads: int, fuse: int) -> dict:
         import torch
 
         from oracle_search.estimate import time_epoch
 
         torch.set_num_threads(threads)
         use_cuda = bool(ray.get_gpu_ids()) and torch.cuda.is_available()
-        return time_epoch(dataclasses.replace(spec, device="cuda" if use_cuda else "cpu"))
+        return time_epoch(dataclasses.replace(spec, device="cuda" if use_cuda else "cpu"), fuse=fuse)
 
     task = probe.options(num_cpus=res.cpus_per_trial, num_gpus=res.gpus_per_trial)
-    return _mean(ray.get([task.remote(spec, threads) for _ in range(max(1, min(together, MAX_PROBES)))]))
+    return _mean(ray.get([task.remote(spec, threads, fuse) for _ in range(max(1, min(together, MAX_PROBES)))]))
 
 
 def _mean(timed: list[dict]) -> dict:
@@ -304,17 +358,23 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
              seconds_per_epoch: float | None = None) -> Estimate:
     """The plan of `command` and its wall time; `spec.precision` must be resolved already. Nothing is timed when
     `seconds_per_epoch` is given."""
+    from oracle_search.engine import trial_slots
+
     positive_seconds(seconds_per_epoch)
-    n = slots(spec, address)
+    n = trial_slots(spec, address)
+    phases = plan(command, spec, options)
     if seconds_per_epoch is not None:
         per_epoch, source = seconds_per_epoch, "given"
     else:
-        t = probe_seconds_per_epoch(spec, address, together=n)
+        # Fused, the probe times a fused network of the grid's candidates, the Oracle's first and widest round.
+        fuse = min(phases[0].fuse, len(set(spec.grid)))
+        t = probe_seconds_per_epoch(spec, address, together=n, fuse=fuse)
         per_epoch = t["seconds_per_epoch"]
-        source = (f"timed ({t['device']}, {spec.resources.threads} thread(s), {t['copies']} at once): "
+        fused = f", {fuse} candidates fused, a candidate's share" if fuse > 1 else ""
+        source = (f"timed ({t['device']}, {spec.resources.threads} thread(s), {t['copies']} at once{fused}): "
                   f"{t['steps']} steps of {t['step'] * 1e3:.2f} ms x {t['steps_per_epoch']} + one evaluation "
                   f"{t['evaluation'] * 1e3:.0f} ms")
-    return Estimate(command, spec.precision, n, per_epoch, source, plan(command, spec, options))
+    return Estimate(command, spec.precision, n, per_epoch, source, phases)
 
 
 def write(out: Path, found: Estimate) -> None:

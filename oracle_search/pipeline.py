@@ -102,7 +102,7 @@ def recorded_spec(out: Path) -> ExperimentSpec | None:
     return ExperimentSpec.from_dict(json.loads(saved.read_text())) if saved.exists() else None
 
 
-def resolve_precision(spec: ExperimentSpec, out: Path, address: str | None) -> ExperimentSpec:
+def resolve_run_precision(spec: ExperimentSpec, out: Path, address: str | None) -> ExperimentSpec:
     """The spec with `precision = "auto"` made concrete, once per experiment: a resumed run keeps the precision
     it recorded; a new one on a cluster asks a worker with one trial's resources (engine.probe_precision), one
     whose trials run on this machine (engine.trials_run_here) asks the device a local trial gets, in this process.
@@ -116,11 +116,11 @@ def resolve_precision(spec: ExperimentSpec, out: Path, address: str | None) -> E
     import torch
 
     from oracle_search.engine import local_trial_device, probe_precision, trials_run_here
-    from trainables.precision import resolve_precision as native
+    from trainables.precision import resolve_precision
 
     if not trials_run_here(spec, address):
         return dataclasses.replace(spec, precision=probe_precision(spec, address))
-    return dataclasses.replace(spec, precision=native("auto", torch.device(local_trial_device(spec))))
+    return dataclasses.replace(spec, precision=resolve_precision("auto", torch.device(local_trial_device(spec))))
 
 
 def _same_experiment(a: ExperimentSpec, b: ExperimentSpec) -> bool:
@@ -181,25 +181,17 @@ def reject_silo_schedule(spec: ExperimentSpec) -> None:
                         "own); use another schedule, e.g. warmup, SILO's shape")
 
 
-ALL = 64  # "every candidate of a (seed, cycle)": more values than any cycle trains
-
-
-def fuse_size(spec: ExperimentSpec, fuse: int) -> int:
-    """Candidates per fused trial: as asked, else all of a (seed, cycle) on GPUs and 1 on CPUs (a CPU step is
-    compute-bound: 8 batched MLPs ran only 1.0-1.1x faster than 8 separate runs here)."""
-    return fuse or (ALL if spec.resources.gpus_per_trial > 0 else 1)
-
-
 def _runner(spec: ExperimentSpec, out: Path, address: str | None, callbacks: list[str] | None = None,
             fuse: int = 1):
+    """The run's Runner; `fuse`: --fuse as given (engine.fuse_size makes it concrete for the resolved spec)."""
     from oracle_search.callbacks import logger_callbacks
-    from oracle_search.engine import Runner
+    from oracle_search.engine import Runner, fuse_size
 
     check_names(spec)  # the Python API's edge: a spec built in code has not resolved its model, data, pruner yet
-    spec = resolve_precision(spec, out, address)
+    spec = resolve_run_precision(spec, out, address)
     prepare_out(out, spec)
     return Runner(out=out, spec=spec, experiment=spec.preset, address=address,
-                  callbacks=logger_callbacks(callbacks, out, spec.preset), fuse=fuse)
+                  callbacks=logger_callbacks(callbacks, out, spec.preset), fuse=fuse_size(spec, fuse))
 
 
 def _oracle(runner, options: OracleOptions):
@@ -230,7 +222,7 @@ def oracle(spec: ExperimentSpec, out: Path, options: OracleOptions = OracleOptio
     from oracle_search import estimate
 
     reject_silo_schedule(spec)
-    with _runner(spec, Path(out), address, callbacks, fuse_size(spec, options.fuse)) as runner:
+    with _runner(spec, Path(out), address, callbacks, options.fuse) as runner:
         _write_estimate(runner, "oracle", options, seconds_per_epoch)
         outcomes = _oracle(runner, options)
     estimate.finish(Path(out))
@@ -332,7 +324,7 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
     reject_silo_schedule(spec)
     options.fit.target(spec)
     out = Path(out)
-    with _runner(spec, out, address, callbacks, fuse_size(spec, options.oracle.fuse)) as runner:
+    with _runner(spec, out, address, callbacks, options.oracle.fuse) as runner:
         _write_estimate(runner, "compare", options, seconds_per_epoch)
         say = runner.progress.say
         tune, evaluate = tuning_seeds(spec, options.oracle.seeds), evaluation_seeds(spec, options.eval_seeds)

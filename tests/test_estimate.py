@@ -1,21 +1,25 @@
-"""The cost before the run: the plan's counts against a hand count and a brute-force simulation of the Oracle's
-value rules, `--dry-run` (nothing written, exit 0), `--seconds-per-epoch` (the estimate is exact arithmetic),
-bad values (exit 2 naming the option), and the report line."""
+"""The cost before the run: the plan's counts against a hand count and against the Oracle's real driver run many
+times, fusion counted as the engine fuses, `--dry-run` (nothing written, exit 0), `--seconds-per-epoch` (the
+estimate is exact arithmetic), bad values (exit 2 naming the option), and the report line."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import io
 import json
 import os
 import random
 
 import pytest
 
-from analysis.files import ESTIMATE_FILE
 from analysis.report import estimate_note
 from oracle_search import estimate
 from oracle_search.cli import main
+from oracle_search.engine import Runner, trial_slots
+from oracle_search.estimate import ESTIMATE_FILE
+from oracle_search.oracle import run_oracle
 from oracle_search.pipeline import CompareOptions, FitOptions, OracleOptions
-from oracle_search.selection import Curve, bracket, choose, next_values
+from oracle_search.progress import Progress
 from oracle_search.silo_paper import ROUNDS
 from trainables.presets import PRESETS
 from trainables.spec import Resources
@@ -57,38 +61,68 @@ def test_widest_bracket_by_hand():
     assert estimate.widest_bracket([1.0, 100.0]) == 2  # never both: p and one grid value
 
 
-def simulate_oracle(grid: list[float], cycles: int, seeds: int, refine: int, rng: random.Random) -> int:
-    """The Oracle's value rules (run_oracle) on random validation accuracies: how many trainings it runs."""
-    trained, dense, previous = 0, None, None
-    for cycle in range(cycles + 1):
-        values = sorted(grid) if previous is None else bracket(grid, previous)
-        if dense is not None:
-            values = sorted({*values, dense})
-        rows, rounds = [], 0
-        while values:
-            trained += len(values) * seeds
-            rows += [{"max_lr": v, "seed": s, "val_acc": rng.choice([rng.uniform(0, 100), 50.0, 50.2]),
-                      "diverged": rng.random() < 0.05} for v in values for s in range(seeds)]
-            choice = choose(Curve.from_rows(rows))
-            if choice is None or rounds >= refine:
-                break
-            values, rounds = next_values(choice, grid), rounds + 1
-        if choice is None:
-            break
-        previous = choice.best
-        dense = previous if dense is None else dense
-    return trained
+def test_fusion_is_counted_in_trials_by_hand():
+    """--fuse 4 on SPEC: each round of the Oracle on a seed is ⌈values / 4⌉ trials. Cycle 0: the 4 grid values (1
+    trial) + one round of at most 4 (1); cycles 1, 2: 6 values (2) + one round (1): 3 x (2 + 2 x 3) = 24, at most and
+    typically (3 values fit one trial as 4 do). Baselines' tuning: 4 schedules x 3 seeds, one trial of the 4 grid
+    values each: 12. SILO and the final chains are never fused. The trainings are the same; fp16 is never fused."""
+    fused = {p.name: p for p in estimate.plan("compare", SPEC, dataclasses.replace(
+        OPTIONS, oracle=dataclasses.replace(OPTIONS.oracle, fuse=4)))}
+    assert {n: p.most for n, p in fused.items()} == HAND_MOST
+    assert {n: p.typical for n, p in fused.items()} == HAND_TYPICAL
+    assert {n: p.most_trials for n, p in fused.items()} == HAND_MOST | {"oracle": 24, "baselines_tune": 12}
+    assert {n: p.typical_trials for n, p in fused.items()} == HAND_TYPICAL | {"oracle": 24, "baselines_tune": 12}
+    assert fused["oracle"].width == 3 and fused["baselines_tune"].width == 12  # trials handed out at once
+    fp16 = dataclasses.replace(SPEC, precision="fp16")
+    assert all(p.most_trials == p.most and p.fuse == 1 for p in estimate.plan("oracle", fp16, OracleOptions(fuse=4)))
+    # On GPUs the default fuses every candidate of a (seed, cycle): one trial per seed and round, 3 x (1 + 1) x 3.
+    gpu = dataclasses.replace(SPEC, resources=Resources(max_concurrent=2, gpus_per_trial=1))
+    assert estimate.plan("oracle", gpu, OPTIONS.oracle)[0].most_trials == 18
 
 
-@pytest.mark.parametrize("grid,refine,runs", [  # each run takes ~50 ms (the driver's selection on pandas frames)
-    ((0.02, 0.05, 0.1, 0.2), 1, 30),
-    pytest.param((0.01, 0.02, 0.04, 0.08, 0.16), 3, 60, marks=pytest.mark.slow)])
-def test_oracle_never_trains_more_than_the_plan_says(grid, refine, runs):
+@dataclasses.dataclass
+class RecordingRunner(Runner):
+    """The engine's Runner (its ledger, its fusion of trainings into trials) with training replaced: `run` records
+    the trainings and the Tune trials (`Runner._configs`) it would start, and answers with the rows a real trial
+    would land in the ledger, validation accuracies drawn from `rng` (ties and 5 % divergence included). A fake of
+    training only: nothing here depends on Ray's semantics, which the Runner's own tests cover."""
+
+    rng: random.Random = dataclasses.field(default_factory=random.Random)
+    trainings: int = 0
+    trials: int = 0
+
+    def run(self, trials):
+        rows = {t.key: row for t in trials if (row := self.ledger.get(t.key)) is not None}
+        todo = [t for t in trials if t.key not in rows]
+        self.trainings += len(todo)
+        self.trials += len(self._configs(todo))
+        for t in todo:
+            acc = self.rng.choice([self.rng.uniform(0, 100), 50.0, 50.2])
+            rows[t.key] = t.tags | {
+                "key": t.key, "cycle": t.cycle, "seed": t.seed, "max_lr": t.max_lr, "val_acc": acc, "test_acc": acc,
+                "diverged": self.rng.random() < 0.05, "density": 100 * 0.8 ** t.cycle, "precision": t.spec.precision,
+                "checkpoint": str(self.out / t.key), "checkpoint_hash": hashlib.sha256(t.key.encode()).hexdigest()}
+            self.ledger.record(rows[t.key])
+        return rows
+
+
+@pytest.mark.parametrize("grid,refine,runs", [  # a run: ~0.2 s (selection, the ledger, the table)
+    ((0.02, 0.05, 0.1, 0.2), 1, 20),
+    pytest.param((0.01, 0.02, 0.04, 0.08, 0.16), 3, 40, marks=pytest.mark.slow)])
+def test_oracle_never_trains_more_than_the_plan_says(tmp_path, grid, refine, runs):
+    """The Oracle's own driver (`run_oracle`), fused by 3 as the engine fuses, on random accuracies: neither its
+    trainings nor its Tune trials ever exceed the plan's most."""
     spec = dataclasses.replace(SPEC, grid=grid)
-    most = estimate.oracle_phase(spec, seeds=2, refine=refine, bracket=True).most
+    phase = estimate.oracle_phase(spec, seeds=2, refine=refine, bracket=True, fuse=3)
     rng = random.Random(0)
-    counts = [simulate_oracle(list(grid), spec.cycles, 2, refine, rng) for _ in range(runs)]
-    assert max(counts) <= most
+    counts = []
+    for i in range(runs):
+        runner = RecordingRunner(out=tmp_path / str(i), spec=spec, experiment="plan", fuse=3, rng=rng,
+                                 progress=Progress(io.StringIO(), live=False))
+        run_oracle(runner, [0, 1], list(grid), refine=refine)
+        counts.append((runner.trainings, runner.trials))
+    assert max(c[0] for c in counts) <= phase.most and max(c[1] for c in counts) <= phase.most_trials
+    assert min(c[1] for c in counts) < min(c[0] for c in counts)  # fused: fewer trials than trainings
 
 
 def test_seconds_per_epoch_gives_epochs_times_seconds_over_slots():
@@ -204,3 +238,57 @@ def test_on_a_cluster_the_probe_runs_as_ray_tasks_holding_a_trials_resources(two
     assert timed["copies"] == 4 and timed["device"] == "cpu" and timed["seconds_per_epoch"] > 0
     monkeypatch.setattr(estimate, "MAX_PROBES", 3)
     assert estimate.probe_seconds_per_epoch(spec, two_nodes.address, together=4)["copies"] == 3
+
+
+@pytest.mark.parametrize("copies,per_trial,gpus,want", [
+    (4, 1, 4, [0, 1, 2, 3]),  # one trial per GPU: every copy on its own
+    (8, 1, 4, [0, 1, 2, 3]),  # never more copies than the GPUs hold trials
+    (4, 0.5, 4, [0, 0, 1, 1]),  # half-GPU trials pack two to a GPU, as Ray packs them
+    (3, 2, 4, [0, 2]),  # two-GPU trials: each copy on its trial's first GPU
+    (2, 1, 1, [0])])
+def test_local_timing_copies_run_on_the_gpus_their_trials_would_get(copies, per_trial, gpus, want):
+    assert estimate.copy_gpus(copies, per_trial, gpus) == want
+
+
+def test_the_estimate_and_the_runner_count_slots_with_one_function(tmp_path):
+    """--max-concurrent, in groups of `per`: the same answer from the Runner and the estimate (engine.trial_slots)."""
+    spec = dataclasses.replace(SPEC, resources=Resources(max_concurrent=6))
+    runner = Runner(out=tmp_path / "out", spec=spec, experiment="slots")
+    assert runner.slots() == trial_slots(spec, None) == 6 and runner.slots(4) == trial_slots(spec, None, 4) == 1
+    assert estimate.estimate("oracle", spec, OPTIONS.oracle, None, seconds_per_epoch=1.0).slots == 6
+
+
+@pytest.mark.slow  # a Ray of its own with 4 fake GPUs: seconds
+def test_on_a_fake_4_gpu_ray_fuse_4_plans_a_quarter_of_the_trials(tmp_path, capsys):
+    """digits-mlp's 4 grid values on 3 seeds, cycle 0 only, no refinement: 12 trainings, one GPU each. Unfused, 12
+    trials; with --fuse 4 (and by default on GPUs), 3, one per seed. The Ray has 4 GPUs and 4 CPUs: 4 slots, counted
+    by the Runner and the estimate alike. The wall time: 12 x 30 epochs x 0.25 s over min(4 slots, the trials at
+    once): 22.5 s unfused, 30 s fused (3 trials keep 3 of the 4 GPUs busy)."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()  # a disconnect: the shared Rays stay up
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 4, "include_dashboard": False})
+    try:
+        argv = ("oracle", "--preset", "digits-mlp", "--cycles", "0", "--refine", "0", "--gpus-per-trial", "1",
+                "--precision", "fp32", "--seconds-per-epoch", "0.25", "--dry-run", "--address", cluster.address,
+                "--out", str(tmp_path / "run"))
+        plans = {}
+        for fuse in ("1", "4", "0"):
+            code, text, _ = run(capsys, *argv, "--fuse", fuse)
+            assert code == 0 and "slots: 4 trial(s) at once" in text
+            oracle = next(line for line in text.splitlines() if line.startswith(f"{'oracle':<16}"))
+            plans[fuse] = ([int(v) for v in oracle.split()[1:5]], text)
+        assert plans["1"][0] == [12, 12, 12, 12] and "fused: no" in plans["1"][1]
+        assert plans["4"][0] == plans["0"][0] == [12, 12, 3, 3]  # trainings, (at most), trials, (at most)
+        assert "fused: up to 4 max_lr candidates" in plans["4"][1]
+        assert "estimate: 22.5 s" in plans["1"][1] and "estimate: 30.0 s" in plans["4"][1]
+        spec = dataclasses.replace(SPEC, resources=Resources(gpus_per_trial=1))
+        runner = Runner(out=tmp_path / "out", spec=spec, experiment="slots", address=cluster.address)
+        assert runner.slots() == trial_slots(spec, cluster.address) == 4
+        two = dataclasses.replace(spec, resources=Resources(gpus_per_trial=2))
+        assert trial_slots(two, cluster.address) == 2
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

@@ -9,7 +9,7 @@ import torch
 
 from oracle_search.cli import build_parser, main, spec_from_args
 from oracle_search.config import parse_args
-from oracle_search.pipeline import prepare_out, resolve_precision as resolve_for_run
+from oracle_search.pipeline import prepare_out, resolve_run_precision
 from trainables import precision
 from trainables.presets import PRESETS
 from trainables.spec import ExperimentSpec, SpecError
@@ -59,12 +59,35 @@ def test_autocast_runs_the_forward_pass_in_the_precision(name, dtype):
     assert (precision.grad_scaler(torch.device("cpu"), name) is not None) == (name == "fp16")
 
 
-def test_fp16_trains_with_a_scaler_and_records_its_precision(tmp_path):
-    from trainables.cycle import run_cycle
+def test_fp16_trains_with_a_scaler_and_records_its_precision(monkeypatch):
+    """The scaler acts: a step whose gradient is inf changes no weight and halves the scale (GradScaler's backoff);
+    the next, finite step trains. And run_cycle in fp16 steps through such a scaler at every step."""
+    from trainables import cycle
+    from trainables.plugins import load_data
+    from trainables.pruning import MaskedWeights
 
-    spec = dataclasses.replace(PRESETS["tiny"].spec, device="cpu", precision="fp16", epochs=2)
-    result = run_cycle(spec, cycle=0, max_lr=0.05, seed=0)
+    cpu = torch.device("cpu")
+    spec = dataclasses.replace(PRESETS["tiny"].spec, device="cpu", precision="fp16")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = precision.grad_scaler(cpu, "fp16")
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    poison = model.weight.register_hook(lambda grad: grad * float("inf"))  # an overflowed gradient
+    before, scale = model.weight.detach().clone(), scaler.get_scale()
+    cycle.train_step(model, optimizer, MaskedWeights(model, {}), x, y, spec, cpu, scaler)
+    assert torch.equal(model.weight, before) and scaler.get_scale() == scale / 2  # skipped, and the scale dropped
+    poison.remove()
+    cycle.train_step(model, optimizer, MaskedWeights(model, {}), x, y, spec, cpu, scaler)
+    assert not torch.equal(model.weight, before) and torch.isfinite(model.weight).all()
+
+    made = []  # run_cycle's own scaler, kept to look at after the cycle
+    monkeypatch.setattr(cycle, "grad_scaler", lambda *a: made.append(precision.grad_scaler(*a)) or made[-1])
+    spec = dataclasses.replace(spec, epochs=2)
+    result = cycle.run_cycle(spec, cycle=0, max_lr=0.05, seed=0)
     assert result.precision == "fp16" and not result.diverged and result.val_acc > 0
+    steps = spec.epochs * -(-load_data(spec).size("train") // spec.batch_size)
+    assert made and made[0].state_dict()["_growth_tracker"] == steps  # updated at every step, none skipped
 
 
 def test_spec_precision_is_validated_and_old_amp_still_loads():
@@ -104,21 +127,66 @@ def test_cycle_json_prints_the_precision_used(tmp_path, capsys, monkeypatch):
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["precision"] == "fp32"
 
 
-def test_a_run_resolves_auto_once_and_a_resumed_run_keeps_it(tmp_path, ray_local):
+def cpu_told(monkeypatch, flags: str) -> None:
+    """This process's CPU flags, as $ORACLE_SEARCH_CPU_FLAGS tells them (the cache read anew)."""
+    monkeypatch.setenv(precision.CPU_FLAGS_ENV, flags)
+    precision.cpu_flags.cache_clear()
+
+
+@pytest.fixture
+def flags_restored():
+    yield
+    precision.cpu_flags.cache_clear()
+
+
+def test_a_run_resolves_auto_once_and_a_resumed_run_keeps_it(tmp_path, monkeypatch, flags_restored):
+    """Trials of a local run run here: auto is what this CPU runs natively, asked once; a resumed run keeps what
+    spec.json recorded, even after the CPU it runs on answers otherwise."""
     spec = dataclasses.replace(PRESETS["tiny"].spec, device="cpu")
     out = tmp_path / "run"
-    resolved = resolve_for_run(spec, out, None)  # asks a worker with one trial's resources
-    assert resolved.precision == precision.resolve_precision("auto", torch.device("cpu"))
+    cpu_told(monkeypatch, "avx2 avx512_bf16")
+    resolved = resolve_run_precision(spec, out, None)
+    assert resolved.precision == "bf16"
     prepare_out(out, resolved)
-    assert json.loads((out / "spec.json").read_text())["precision"] == resolved.precision
-    # Resuming on the same folder keeps the recorded precision, even where this machine would answer otherwise.
+    assert json.loads((out / "spec.json").read_text())["precision"] == "bf16"
+    cpu_told(monkeypatch, "avx2")  # now an AVX2-only CPU: a new run would be fp32
+    assert resolve_run_precision(spec, tmp_path / "new", None).precision == "fp32"
+    assert resolve_run_precision(spec, out, None).precision == "bf16"
     recorded = dataclasses.replace(resolved, precision="fp16")
     prepare_out(out, recorded)
-    assert resolve_for_run(spec, out, None).precision == "fp16"
-    assert resolve_for_run(dataclasses.replace(spec, precision="fp32"), out, None).precision == "fp32"
+    assert resolve_run_precision(spec, out, None).precision == "fp16"
+    assert resolve_run_precision(dataclasses.replace(spec, precision="fp32"), out, None).precision == "fp32"
     # Another experiment in the folder is still refused.
     with pytest.raises(SpecError, match="out"):
         prepare_out(out, dataclasses.replace(recorded, epochs=recorded.epochs + 1))
+
+
+@pytest.mark.slow  # a Ray task on the shared two-node cluster: seconds
+def test_on_a_cluster_a_run_takes_the_precision_of_a_worker_told_another_cpu(two_nodes, tmp_path, monkeypatch,
+                                                                              flags_restored):
+    """The driver is told a CPU with native bf16; the cluster's workers, through the job's environment, an AVX2-only
+    CPU (fp32), which this machine is not (its EPYC has avx512_bf16: a worker not told would answer bf16 too). The
+    run's precision is the workers' answer."""
+    import ray
+
+    cpu_told(monkeypatch, "avx2 avx512_bf16")
+    ray.init(address=two_nodes.address, logging_level="WARNING", log_to_driver=False,
+             runtime_env={"env_vars": {precision.CPU_FLAGS_ENV: "avx2 fma"}})
+    spec = dataclasses.replace(PRESETS["tiny"].spec, device="cpu")
+    assert precision.resolve_precision("auto", torch.device("cpu")) == "bf16"  # what the driver would answer
+    assert resolve_run_precision(spec, tmp_path / "run", two_nodes.address).precision == "fp32"
+
+
+def test_fp16_is_refused_in_the_fused_path_before_training():
+    """run_fused_cycle resolves the precision, then refuses fp16 in one line naming the option (its step has no
+    gradient scaler); nothing trains."""
+    from trainables.fused import run_fused_cycle
+
+    spec = dataclasses.replace(PRESETS["tiny"].spec, device="cpu", precision="fp16")
+    with pytest.raises(SpecError, match=r"^precision: fp16 is never fused") as err:
+        run_fused_cycle(spec, cycle=0, max_lrs=[0.05, 0.1], seed=0)
+    assert "\n" not in str(err.value)
+    run_fused_cycle(dataclasses.replace(spec, precision="fp32", epochs=1), cycle=0, max_lrs=[0.05, 0.1], seed=0)
 
 
 @pytest.mark.slow  # a Ray task in a worker of its own environment: seconds

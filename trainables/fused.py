@@ -32,7 +32,7 @@ from trainables.plugins import load_data
 from trainables.pruning import Masks
 from trainables.precision import resolve_precision
 from trainables.schedules import cycle_peak, lr_at
-from trainables.spec import ExperimentSpec, OptimizerSpec
+from trainables.spec import ExperimentSpec, OptimizerSpec, SpecError
 
 State = dict[str, torch.Tensor]
 
@@ -279,8 +279,9 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
     order. A candidate whose epoch loss is not finite is frozen (`diverged`) and dropped from the stack.
 
     `seconds` is each candidate's equal share of the fused run's wall time, so summed rows give the time spent.
-    `spec.compile` is not applied here (torch.compile of the fused network is untested). fp16 has no gradient
-    scaler here: one shared loss scale would let one candidate's overflow skip the others' steps.
+    `spec.compile` is not applied here (torch.compile of the fused network is untested). fp16, asked for or what
+    `auto` resolves to, is refused (SpecError): one shared loss scale would let one candidate's overflow skip the
+    others' steps, and without a scaler small fp16 gradients underflow.
     """
     if spec.schedule.name == "silo":
         raise ValueError("schedule: SILO derives its own max_lr per cycle; there are no candidates to fuse")
@@ -291,6 +292,9 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
     started = time.perf_counter()
     device = resolve_device(spec.device)
     spec = dataclasses.replace(spec, precision=resolve_precision(spec.precision, device))
+    if spec.precision == "fp16":  # after `auto` is resolved: on a GPU older than capability 8.0 it means fp16
+        raise SpecError("precision", "fp16 is never fused: the fused step has no gradient scaler (one shared loss "
+                        "scale would let one candidate's overflow skip the others' steps); train it unfused")
     data = load_data(spec).to(device)
     # One prune of the shared start: every candidate's mask is this one, broadcast over the stack.
     model, masks, rewind, start_hash = prepare_cycle(spec, cycle, seed, start_checkpoint, data, device)
