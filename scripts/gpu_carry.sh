@@ -17,7 +17,16 @@ get=(python3 -m pip download -q --only-binary=:all: --python-version "$py_versio
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 rm -rf .gpucarry; mkdir -p .gpucarry/wheels
 "${get[@]}" --no-deps -d "$work" "ray==2.60.0"
-mkdir "$work/ray"; python3 -m zipfile -e "$work"/ray-2.60.0-"$abi"-*.whl "$work/ray"
+# Unpacked with each file's mode: Ray's gcs_server and raylet must stay executable (`python -m zipfile -e` drops
+# the bits, and Ray then fails to start with "Permission denied").
+python3 - "$work"/ray-2.60.0-"$abi"-*.whl "$work/ray" <<'PY'
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    for info in wheel.infolist():
+        path = wheel.extract(info, sys.argv[2])
+        if info.external_attr >> 16:
+            os.chmod(path, (info.external_attr >> 16) & 0o777)
+PY
 rm -rf "$work"/ray/ray/{jars,rllib,serve,llm}
 tar -cf - -C "$work/ray" . | xz -T0 -6 > .gpucarry/ray.tar.xz
 # With their own dependencies: pydantic (pydantic_core must match it exactly) and jsonschema.
