@@ -143,10 +143,17 @@ def widest_bracket(grid: list[float], width: float = 4.0) -> int:
     return best
 
 
+def first_round_values(spec: ExperimentSpec, bracket: bool) -> tuple[int, int]:
+    """The most values the Oracle's first round of a cycle trains on each seed: at cycle 0 (the grid) and at a
+    later cycle (the bracket, or the whole grid, plus the dense best). Each refinement round after it trains at
+    most MOST_ORACLE_VALUES_PER_ROUND more."""
+    g = len(set(spec.grid))
+    return g, (min(widest_bracket(list(spec.grid)), g + 1) if bracket else g) + 1
+
+
 def oracle_phase(spec: ExperimentSpec, seeds: int, refine: int, bracket: bool, fuse: int = 1) -> Phase:
     """`fuse`: candidates per fused trial (`engine.fuse_size`); each round on a seed is ⌈its values / fuse⌉ trials."""
-    g = len(set(spec.grid))
-    later = min(widest_bracket(list(spec.grid)), g + 1) + 1 if bracket else g + 1  # + the dense best
+    g, later = first_round_values(spec, bracket)
     cycles = spec.cycles
 
     def count(per_round: int, k: int = 1) -> int:  # k: trainings per trial

@@ -90,12 +90,15 @@ class RecordingRunner(Runner):
     rng: random.Random = dataclasses.field(default_factory=random.Random)
     trainings: int = 0
     trials: int = 0
+    rounds: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # cycle -> values of each batch
 
     def run(self, trials):
         rows = {t.key: row for t in trials if (row := self.ledger.get(t.key)) is not None}
         todo = [t for t in trials if t.key not in rows]
         self.trainings += len(todo)
         self.trials += len(self._configs(todo))
+        for cycle in {t.cycle for t in todo}:
+            self.rounds.setdefault(cycle, []).append(len({t.max_lr for t in todo if t.cycle == cycle}))
         for t in todo:
             acc = self.rng.choice([self.rng.uniform(0, 100), 50.0, 50.2])
             rows[t.key] = t.tags | {
@@ -111,9 +114,12 @@ class RecordingRunner(Runner):
     pytest.param((0.01, 0.02, 0.04, 0.08, 0.16), 3, 40, marks=pytest.mark.slow)])
 def test_oracle_never_trains_more_than_the_plan_says(tmp_path, grid, refine, runs):
     """The Oracle's own driver (`run_oracle`), fused by 3 as the engine fuses, on random accuracies: neither its
-    trainings nor its Tune trials ever exceed the plan's most."""
+    trainings nor its Tune trials ever exceed the plan's most, nor does any term of the plan: per cycle, at most
+    1 + refine rounds, the first of at most the grid (cycle 0) or the bracket and the dense best, each later one
+    of at most MOST_ORACLE_VALUES_PER_ROUND new values."""
     spec = dataclasses.replace(SPEC, grid=grid)
     phase = estimate.oracle_phase(spec, seeds=2, refine=refine, bracket=True, fuse=3)
+    first, later = estimate.first_round_values(spec, bracket=True)
     rng = random.Random(0)
     counts = []
     for i in range(runs):
@@ -121,6 +127,9 @@ def test_oracle_never_trains_more_than_the_plan_says(tmp_path, grid, refine, run
                                  progress=Progress(io.StringIO(), live=False))
         run_oracle(runner, [0, 1], list(grid), refine=refine)
         counts.append((runner.trainings, runner.trials))
+        for cycle, values in runner.rounds.items():
+            assert len(values) <= 1 + refine and values[0] <= (later if cycle else first), (cycle, values)
+            assert all(v <= estimate.MOST_ORACLE_VALUES_PER_ROUND for v in values[1:]), (cycle, values)
     assert max(c[0] for c in counts) <= phase.most and max(c[1] for c in counts) <= phase.most_trials
     assert min(c[1] for c in counts) < min(c[0] for c in counts)  # fused: fewer trials than trainings
 
