@@ -165,8 +165,8 @@ def test_a_run_resolves_auto_once_and_a_resumed_run_keeps_it(tmp_path, monkeypat
 def test_on_a_cluster_a_run_takes_the_precision_of_a_worker_told_another_cpu(two_nodes, tmp_path, monkeypatch,
                                                                               flags_restored):
     """The driver is told a CPU with native bf16; the cluster's workers, through the job's environment, an AVX2-only
-    CPU (fp32), which this machine is not (its EPYC has avx512_bf16: a worker not told would answer bf16 too). The
-    run's precision is the workers' answer."""
+    CPU (fp32). The run's precision is the workers' answer. (On a CPU with native bf16, such as the EPYC these tests
+    were written on, a worker not told would answer bf16: the driver's answer.)"""
     import ray
 
     cpu_told(monkeypatch, "avx2 avx512_bf16")
