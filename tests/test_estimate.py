@@ -110,7 +110,7 @@ class RecordingRunner(Runner):
 
 
 @pytest.mark.parametrize("grid,refine,runs", [  # a run: ~0.2 s (selection, the ledger, the table)
-    ((0.02, 0.05, 0.1, 0.2), 1, 20),
+    ((0.02, 0.05, 0.1, 0.2), 1, 10),
     pytest.param((0.01, 0.02, 0.04, 0.08, 0.16), 3, 40, marks=pytest.mark.slow)])
 def test_oracle_never_trains_more_than_the_plan_says(tmp_path, grid, refine, runs):
     """The Oracle's own driver (`run_oracle`), fused by 3 as the engine fuses, on random accuracies: neither its
