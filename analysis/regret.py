@@ -22,6 +22,7 @@ import pandas as pd
 from analysis.select import final_rows, last_cycle, oracle_trials, silo_max_lr_by_cycle, silo_methods
 from oracle_search.curve import Curve, best_of, lr_key, refuse_duplicates
 from oracle_search.schema import Method
+from oracle_search.selection import RESOLUTION, choose
 from oracle_search.statistics import mean_interval, seeds_needed
 
 CONTROLS = ("constant_dense", "constant_best")
@@ -83,6 +84,35 @@ def schedules(df: pd.DataFrame, curves: Curves) -> dict[str, dict[int, float]]:
     best = constant_best(curves)
     out["constant_best"] = {m: best for m in cycles} if best is not None else {}
     return out
+
+
+def completion_targets(df: pd.DataFrame, resolution: float = RESOLUTION) -> dict[int, list[float]]:
+    """Per cycle, the values the verdict needs trained by every seed of S but not yet (racing leaves far values
+    with fewer seeds, and resolves the paper interval's edges coarsely):
+    - each compared schedule's max_lr where some seed trained it, else the tried values on either side of it;
+    - where it lies between a member of the paper interval and a non-member further apart than `resolution`,
+      their geometric midpoint, so the "inside" decision is resolved as finely as an exhaustive Oracle's.
+    A value that diverged on a seed is left alone: the interpolation is undefined across it anyway."""
+    curves = oracle_curves(df)
+    out: dict[int, set[float]] = {}
+    for by_cycle in schedules(df, curves).values():
+        for m, x in by_cycle.items():
+            cycle = curves.cycles.get(m)
+            if cycle is None or x is None:
+                continue
+            key, tried, complete = lr_key(x), cycle.tried, set(cycle.complete)
+            below, above = [v for v in tried if v < key][-1:], [v for v in tried if v > key][:1]
+            near = [key] if key in tried else below + above
+            want = out.setdefault(m, set())
+            want.update(v for v in near if v not in complete and not cycle.diverged.loc[v].any())
+            choice = choose(cycle)
+            if key in tried or not (below and above) or choice is None:
+                continue
+            members = dict(zip(choice.values, choice.inside))
+            lo, hi = below[0], above[0]
+            if members.get(lo) != members.get(hi) and hi / lo - 1 > resolution:
+                want.add(lr_key(math.sqrt(lo * hi)))
+    return {m: sorted(values) for m, values in sorted(out.items()) if values}
 
 
 def regret_per_seed(cycle: Curve, x: float | None) -> np.ndarray | None:

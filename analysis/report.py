@@ -263,10 +263,11 @@ def _html(title: str, spec: dict | None, sections: list[Section]) -> str:
     return "\n".join(out)
 
 
-def write_report(out_dir: Path, *, tolerance: float = TOLERANCE) -> dict[str, Path]:
-    """Write report.md, report.html, tables/*.csv|md|tex and figures/*.png for `out_dir`; return them by name."""
+def write_report(out_dir: Path, *, tolerance: float = TOLERANCE, rows: pd.DataFrame | None = None) -> dict[str, Path]:
+    """Write report.md, report.html, tables/*.csv|md|tex and figures/*.png for `out_dir`; return them by name.
+    `rows`: the table to report (default: `out_dir`'s results table)."""
     out_dir = Path(out_dir)
-    df, spec = read_results(out_dir), read_spec(out_dir)
+    df, spec = (read_results(out_dir) if rows is None else rows), read_spec(out_dir)
     if df.empty:
         sections = [Section("Results", notes=["The results table is empty: nothing to report."])]
     else:

@@ -225,7 +225,8 @@ def _silo_fields(spec: ExperimentSpec) -> dict[str, float]:
 def _oracle_options(args: argparse.Namespace):
     from oracle_search.pipeline import OracleOptions
 
-    return OracleOptions(seeds=args.seeds, refine=args.refine, bracket=not args.no_bracket, fuse=args.fuse)
+    return OracleOptions(seeds=args.seeds, refine=args.refine, bracket=not args.no_bracket, fuse=args.fuse,
+                         mode=args.oracle)
 
 
 def _fit_options(args: argparse.Namespace, spec: ExperimentSpec):
@@ -366,6 +367,33 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from analysis.files import BadResults, check_results
+    from analysis.replay import replay
+    from oracle_search.schema import results_path
+
+    run = Path(args.run_dir)
+    path = results_path(run)
+    if not path.exists() or not (run / "spec.json").exists():
+        raise SpecError("RUN", f"{run} holds no results table and spec.json")
+    try:
+        check_results(path)
+    except BadResults as err:
+        raise SpecError("RUN", str(err)) from None
+    if args.slots is not None and args.slots < 1:
+        raise SpecError("slots", f"must be an integer >= 1, got {args.slots}")
+    if args.refine < 0:
+        raise SpecError("refine", f"must be an integer >= 0, got {args.refine}")
+    result = replay(run, Path(args.out), args.slots, args.refine)
+    print(result.cycles.to_string(index=False))
+    if result.wall:
+        for plan, (seconds, used) in result.wall.items():
+            print(f"{plan} on {args.slots} slot(s): {seconds:.0f} s of wall time, slots busy {100 * used:.0f} %")
+    print(f"written: {Path(args.out) / 'replay.csv'}, replay_rows.parquet, report.md, tables/")
+    print(result.last_line())
+    return 0
+
+
 # --- parser ------------------------------------------------------------------------------------------------------
 
 def build_parser() -> Parser:
@@ -384,6 +412,10 @@ def build_parser() -> Parser:
                        "bracket around the previous choice")
         o.add_argument("--fuse", type=int, default=0, help="max_lr candidates of one (seed, cycle) trained as one "
                        "fused network per trial (default 0: all of them with --gpus-per-trial, else 1)")
+        o.add_argument("--oracle", choices=("exhaustive", "racing"), default="exhaustive",
+                       help="exhaustive: every value on every seed (default); racing: a value shown more than 0.5 "
+                       "points worse than the leader gets no more seeds (oracle_search/racing.py), and before the "
+                       "verdict the values next to each compared schedule are completed")
 
     def study_options(f) -> None:  # what names the study: its seeds, storage and objective
         f.add_argument("--fit-seeds", type=int, default=1, help="tuning seeds each Optuna trial trains "
@@ -470,6 +502,15 @@ def build_parser() -> Parser:
     c = sub.add_parser("report", help="write DIR/report.md and DIR/report.html from DIR's results")
     c.add_argument("dir", metavar="DIR")
     c.set_defaults(run=cmd_report)
+    c = sub.add_parser("replay", help="what the racing Oracle would have decided and cost on a finished run; "
+                       "trains nothing (answers every training from RUN's table)")
+    c.add_argument("run_dir", metavar="RUN", help="a finished results folder (results table and spec.json)")
+    c.add_argument("--out", required=True, help="folder for replay.csv, replay_rows.parquet, report.md, tables/")
+    c.add_argument("--slots", type=int, help="also simulate both plans' wall time on N slots, from each row's "
+                   "measured seconds")
+    c.add_argument("--refine", type=int, default=3, help="the refinement rounds RUN's exhaustive Oracle had "
+                   "(default 3, the default of `oracle` and `compare`)")
+    c.set_defaults(run=cmd_replay)
     return p
 
 

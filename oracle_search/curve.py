@@ -90,6 +90,11 @@ class Curve:
         return [float(v) for v in self.acc.index[ok.to_numpy()]]
 
     @property
+    def tried(self) -> list[float]:
+        """Values some seed trained (ascending): `trained` plus those the racing rule dropped early."""
+        return self._where(self.acc.notna().any(axis=1))
+
+    @property
     def trained(self) -> list[float]:
         """Values every seed trained, diverged or not (ascending)."""
         return self._where(self.acc.notna().all(axis=1))
@@ -100,12 +105,13 @@ class Curve:
         return self._where(self.acc.notna().all(axis=1) & ~self.diverged.any(axis=1))
 
     def mean(self) -> pd.Series:
-        """Seed mean of every trained value."""
-        return self.acc.loc[self.trained].mean(axis=1)
+        """Mean over the seeds that trained it, of every value some seed trained."""
+        return self.acc.loc[self.tried].mean(axis=1)
 
     def standard_error(self) -> pd.Series:
-        """Standard error of each trained value's seed mean (NaN with one seed)."""
-        return self.acc.loc[self.trained].std(axis=1, ddof=1) / math.sqrt(self.n_seeds)
+        """Standard error of each value's mean over the seeds that trained it (NaN with one seed)."""
+        acc = self.acc.loc[self.tried]
+        return acc.std(axis=1, ddof=1) / np.sqrt(acc.count(axis=1))
 
     @property
     def best(self) -> float | None:

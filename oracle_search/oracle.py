@@ -1,17 +1,24 @@
 """The Oracle (paper §5.3): at every cycle, train max_lr values from the same chained checkpoint on every seed,
 choose b by seed-mean validation accuracy (`selection.choose`), and chain each seed's b checkpoint forward.
 
-Every seed trains the same values, so each value's seed mean and paired differences are defined. Cycle 0 trains
-the coarse grid; later cycles start from a bracket around the previous choice. Then rounds of refinement add
-values until each edge of both intervals lies between a trained value inside and one outside, resolved to 5 %,
-or the round budget is spent (`selection.next_values`)."""
+Cycle 0 trains the coarse grid; later cycles start from a bracket around the previous choice. Then rounds of
+refinement add values until each edge of both intervals lies between a trained value inside and one outside,
+resolved to 5 %, or the round budget is spent (`selection.next_values`).
+
+Two modes. `exhaustive`: every seed trains every value, so each value's seed mean and paired differences are
+defined. `racing` (`oracle_search.racing`): values, refinement values included, are trained in rounds of seeds,
+and one shown more than 0.5 points worse than the leader gets no more seeds; b, the best seed mean among values
+every seed trained, keeps its definition."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from oracle_search.engine import Runner, Training
+from oracle_search.racing import RACING_REFINE, Pool, Race, race_settings, refinement, run_race
 from oracle_search.schema import Method, Stage
 from oracle_search.selection import Choice, Curve, bracket, choose, lr_key, next_values
+
+MODES = ("exhaustive", "racing")
 from trainables.schedules import cycle_peak
 from trainables.spec import ExperimentSpec
 
@@ -84,30 +91,55 @@ def earlier_rows(runner: Runner, cycle: int, starts: dict[int, dict | None]) -> 
     return mine
 
 
+def _race(runner: Runner, cycle: int, seeds: list[int], starts: dict[int, dict | None], values: list[float],
+          grid: list[float], refine: int, prior: Pool) -> tuple[dict[str, dict], Race, int]:
+    """One cycle raced: its rows by key, the race, and the refinement rounds used."""
+    race = Race(race_settings(seeds, values, refine), prior)
+    race.add(values)
+    first = set(race.candidates)
+
+    def train(pairs):
+        trials = {(v, s): oracle_trial(runner, cycle, s, v, starts[s], Stage.GRID if v in first else Stage.REFINE)
+                  for v, s in pairs}
+        got = runner.run(list(trials.values()))
+        return {pair: got[t.key] for pair, t in trials.items() if t.key in got}
+
+    rounds = run_race(race, train, runner.slots(), refinement(grid), refine)
+    return {row["key"]: row for row in race.rows.values()}, race, rounds
+
+
 def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int = 3,
-               use_bracket: bool = True) -> list[CycleOutcome]:
-    """Run cycles 0..L on every seed; `refine` is the most refinement rounds per cycle. Each cycle's choice also
-    counts the rows an earlier run on this folder trained from the same starts (`earlier_rows`)."""
+               use_bracket: bool = True, mode: str = "exhaustive") -> list[CycleOutcome]:
+    """Run cycles 0..L on every seed; `refine` is the most refinement rounds per cycle; `mode` exhaustive or
+    racing (module docstring). Each cycle's choice also counts the rows an earlier run on this folder trained from
+    the same starts (`earlier_rows`)."""
     spec, say = runner.spec, runner.progress.say
     outcomes: list[CycleOutcome] = []
+    pool = Pool()  # racing: the seed noise of a paired difference, carried from cycle to cycle
     for cycle in range(spec.cycles + 1):
         starts = {s: outcomes[-1].selected[s] if outcomes else None for s in seeds}
         values = bracket(grid, outcomes[-1].choice.best) if outcomes and use_bracket else sorted(grid)
         if outcomes:  # the dense best at every cycle: §3.1's statistics at one fixed max_lr
             values = sorted({*values, outcomes[0].choice.best})
-        say(f"oracle cycle {cycle}: {len(values)} max_lr x {len(seeds)} seed(s)")
-        # The rounds see only their own rows, so a rerun with the same options replays them from the ledger and
-        # trains nothing new; the choice then counts every row of this cycle from the same starts.
-        rows: dict[str, dict] = {}
-        stage, rounds, choice = Stage.GRID, 0, None
-        while values:
-            trials = [oracle_trial(runner, cycle, s, lr, starts[s], stage) for s in seeds for lr in values]
-            rows |= runner.run(trials)
-            choice = choose(Curve.from_rows(rows.values()))
-            if choice is None or rounds >= refine:
-                break
-            values = next_values(choice, grid)
-            stage, rounds = Stage.REFINE, rounds + 1 if values else rounds
+        say(f"oracle cycle {cycle}: {len(values)} max_lr x {len(seeds)} seed(s){', racing' * (mode == 'racing')}")
+        if mode == "racing":
+            rows, race, rounds = _race(runner, cycle, seeds, starts, values, grid, min(refine, RACING_REFINE), pool)
+            pool = pool + race.final_pool()
+            say(f"  racing: {len(race.rows)} of {len(race.candidates) * len(seeds)} trainings, "
+                f"{len(race.dropped)} value(s) dropped early")
+        else:
+            # The rounds see only their own rows, so a rerun with the same options replays them from the ledger
+            # and trains nothing new; the choice then counts every row of this cycle from the same starts.
+            rows: dict[str, dict] = {}
+            stage, rounds, choice = Stage.GRID, 0, None
+            while values:
+                trials = [oracle_trial(runner, cycle, s, lr, starts[s], stage) for s in seeds for lr in values]
+                rows |= runner.run(trials)
+                choice = choose(Curve.from_rows(rows.values()))
+                if choice is None or rounds >= refine:
+                    break
+                values = next_values(choice, grid)
+                stage, rounds = Stage.REFINE, rounds + 1 if values else rounds
         rows |= earlier_rows(runner, cycle, starts)
         choice = choose(Curve.from_rows(rows.values()))
         if choice is None:
@@ -124,6 +156,26 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
             f"not shown worse [{choice.noise_lo:.4g}, {choice.noise_hi:.4g}], {len(choice.values)} values"
             f"{'' if choice.unimodal else ', NOT unimodal'} [{runner.progress.elapsed()}]")
     return outcomes
+
+
+def complete(runner: Runner, seeds: list[int], targets: dict[int, list[float]]) -> int:
+    """Train the missing seeds of `targets` ({cycle: values}) on the Oracle's current chain, so the verdict can
+    interpolate between complete values (racing leaves far values with fewer seeds). Returns the trainings run."""
+    chain = {}
+    for row in runner.ledger.rows():
+        if row.get("method") == Method.ORACLE.value and row.get("selected") and row.get("seed") in seeds:
+            chain[(row["cycle"], row["seed"])] = row
+    trials = []
+    for cycle, values in sorted(targets.items()):
+        starts = {s: chain.get((cycle - 1, s)) if cycle else None for s in seeds}
+        if any(cycle and start is None for start in starts.values()):
+            continue  # a seed's chain does not reach this cycle
+        trials += [oracle_trial(runner, cycle, s, v, starts[s], Stage.REFINE) for v in values for s in seeds]
+    before = len(runner.ledger.rows())
+    if trials:
+        runner.run(trials)
+        runner.write_results()
+    return len(runner.ledger.rows()) - before
 
 
 def oracle_table(outcomes: list[CycleOutcome]) -> str:

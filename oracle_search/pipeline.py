@@ -37,8 +37,11 @@ class OracleOptions:
     refine: int = 3  # most refinement rounds per cycle (0: the coarse grid or bracket only)
     bracket: bool = True  # after cycle 0, start from the grid values near the previous choice
     fuse: int = 0  # max_lr candidates per Tune trial, trained as one fused network; 0: all on GPUs, 1 on CPUs
+    mode: str = "exhaustive"  # or "racing": values shown worse get fewer seeds (oracle_search.racing)
 
     def __post_init__(self) -> None:
+        if self.mode not in ("exhaustive", "racing"):
+            raise SpecError("oracle", f"must be exhaustive or racing, got {self.mode!r}")
         at_least("seeds", self.seeds, 1)
         at_least("refine", self.refine, 0)
         at_least("fuse", self.fuse, 0)
@@ -198,7 +201,28 @@ def _oracle(runner, options: OracleOptions):
     from oracle_search.oracle import run_oracle
 
     return run_oracle(runner, tuning_seeds(runner.spec, options.seeds), list(runner.spec.grid),
-                      refine=options.refine, use_bracket=options.bracket)
+                      refine=options.refine, use_bracket=options.bracket, mode=options.mode)
+
+
+def _complete_for_verdict(runner, options: OracleOptions) -> None:
+    """Racing leaves values far from b with fewer seeds. Before the analysis, train the missing seeds of the
+    values next to every compared schedule's max_lr at every cycle (`analysis.regret.completion_targets`), so the
+    verdict interpolates between complete values as it does after an exhaustive Oracle. constant_best may move
+    as values complete, so this repeats until nothing is missing (at most 3 passes)."""
+    from analysis.regret import completion_targets
+    from oracle_search.oracle import complete
+    from oracle_search.schema import results_frame
+
+    seeds = tuning_seeds(runner.spec, options.seeds)
+    for _ in range(3):
+        targets = completion_targets(results_frame(runner.ledger.rows()))
+        if not targets:
+            return
+        trained = complete(runner, seeds, targets)
+        runner.progress.say(f"verdict: completed {sum(map(len, targets.values()))} value(s) next to the compared "
+                            f"schedules ({trained} trainings)")
+        if not trained:
+            return
 
 
 def _write_estimate(runner, command: str, options, seconds_per_epoch: float | None) -> None:
@@ -343,6 +367,8 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
         variants = _silo_variants(runner, options, study)
         say("== 3/4 baselines' tuning and every method's final runs ==")
         run_baselines(runner, tune, evaluate, list(spec.grid), variants)
+        if options.oracle.mode == "racing":
+            _complete_for_verdict(runner, options.oracle)
         table = runner.write_results()
     estimate.finish(out)  # before the report, which prints the estimate next to the time taken
     say("== 4/4 report ==")

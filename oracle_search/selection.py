@@ -94,13 +94,14 @@ def unimodal(mean: pd.Series, best: float, tolerance: float = TOLERANCE) -> bool
 
 
 def choose(curve: Curve, tolerance: float = TOLERANCE) -> Choice | None:
-    """The cycle's best value and both intervals, or None when every value diverged."""
+    """The cycle's best value and both intervals, or None when every value diverged. A value some seed trained but
+    not every seed (one the racing rule dropped) is listed among the values and is in none of the sets."""
     best = curve.best
     if best is None:
         return None
-    values = curve.trained
+    values, complete = curve.tried, set(curve.complete)
     acc, mean = curve.acc.loc[values], curve.mean()
-    alive = ~curve.diverged.loc[values].any(axis=1).to_numpy()
+    alive = [v in complete for v in values]
     paper = [bool(a and m >= mean[best] - tolerance - _EPS) for a, m in zip(alive, mean)]
     base = acc.loc[best].to_numpy()
     noise = [bool(a and (v == best or not noise_excluded(base - acc.loc[v].to_numpy(), tolerance)))
@@ -113,7 +114,8 @@ def choose(curve: Curve, tolerance: float = TOLERANCE) -> Choice | None:
     return Choice(best=best, best_acc=float(mean[best]), best_se=float(curve.standard_error()[best]),
                   lo=lo, hi=hi, contiguous=contiguous, noise_lo=noise_lo, noise_hi=noise_hi,
                   noise_contiguous=noise_contiguous, n_seeds=curve.n_seeds, values=tuple(values),
-                  inside=tuple(paper), noise_inside=tuple(noise), unimodal=unimodal(mean, best, tolerance),
+                  inside=tuple(paper), noise_inside=tuple(noise),
+                  unimodal=unimodal(mean.loc[curve.trained], best, tolerance),
                   strict_lo=strict_lo, strict_hi=strict_hi, within=tuple(within))
 
 
@@ -140,12 +142,15 @@ def bracket(grid: list[float], previous: float, width: float = 4.0) -> list[floa
     return sorted({lr_key(v) for v in [*near, previous]})
 
 
-def next_values(choice: Choice, grid: list[float], resolution: float = RESOLUTION) -> list[float]:
+def next_values(choice: Choice, grid: list[float], resolution: float = RESOLUTION,
+                paper_only: bool = False) -> list[float]:
     """Values to train next so that b is not on the edge of what was tried and each edge of both intervals lies
     between a trained value inside and a trained value outside, no further apart than `resolution` (relative).
 
     Outward, the next coarse-grid value is tried; an edge at the grid's end stays open. Inward, the geometric
-    midpoint of the edge and its outside neighbour halves the gap."""
+    midpoint of the edge and its outside neighbour halves the gap. `paper_only`: resolve only the paper
+    interval's edges (the racing Oracle: the decisions rest on b and that interval; "not shown worse" keeps the
+    resolution its edges reach on the way)."""
     values, grid = list(choice.values), sorted(lr_key(g) for g in grid)
     new: set[float] = set()
 
@@ -155,7 +160,10 @@ def next_values(choice: Choice, grid: list[float], resolution: float = RESOLUTIO
             new.add(beyond[-1] if step < 0 else beyond[0])
 
     # b lies in both intervals, so resolving their edges also moves the search off b's edge of the range.
-    for edge, step in ((choice.noise_lo, -1), (choice.noise_hi, 1), (choice.lo, -1), (choice.hi, 1)):
+    edges = ((choice.lo, -1), (choice.hi, 1))
+    if not paper_only:
+        edges = ((choice.noise_lo, -1), (choice.noise_hi, 1), *edges)
+    for edge, step in edges:
         j = values.index(edge) + step
         if not 0 <= j < len(values):
             outward(edge, step)

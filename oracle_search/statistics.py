@@ -21,12 +21,13 @@ MAX_SEEDS = 1000
 Sided = Literal["one", "two"]
 
 
-def half_width(sd, n, confidence: float = TWO_SIDED, sided: Sided = "two"):
-    """t(q, n−1)·sd/√n, with q = `confidence` one-sided or 1 − (1 − `confidence`)/2 two-sided; NaN where n < 2.
-    Takes scalars or arrays (broadcast)."""
+def half_width(sd, n, confidence: float = TWO_SIDED, sided: Sided = "two", dof=None):
+    """t(q, dof)·sd/√n, with q = `confidence` one-sided or 1 − (1 − `confidence`)/2 two-sided and dof = n − 1
+    unless given (a pooled sd brings its own); NaN where dof < 1. Takes scalars or arrays (broadcast)."""
     q = confidence if sided == "one" else 1 - (1 - confidence) / 2
     n = np.asarray(n, dtype=float)
-    t = np.where(n > 1, stats.t.ppf(q, np.maximum(n - 1, 1)), np.nan)
+    dof = n - 1 if dof is None else np.asarray(dof, dtype=float)
+    t = np.where(dof >= 1, stats.t.ppf(q, np.maximum(dof, 1)), np.nan)
     out = t * np.asarray(sd, dtype=float) / np.sqrt(np.maximum(n, 1))
     return float(out) if out.ndim == 0 else out
 

@@ -134,13 +134,19 @@ def test_a_value_some_seed_diverged_on_is_never_best_nor_inside():
     assert choose(curve({0.1: [80.0], 0.2: [90.0]}, diverged={(0.1, 0), (0.2, 0)})) is None
 
 
-def test_values_not_trained_by_every_seed_are_left_out():
-    table = rows({0.1: [80.0, 80.0, 80.0], 0.2: [79.0, 79.0, 79.0]})
+def test_values_not_trained_by_every_seed_are_never_b_and_in_no_set():
+    """A value some seeds trained (one the racing rule dropped) is listed, so it bounds the sets, but it is never b
+    and never a member, however good its seeds were."""
+    table = rows({0.1: [80.0, 80.0, 80.0], 0.2: [79.9, 79.9, 79.9]})
+    c = Curve.from_rows(table)  # the control: without 0.15, 0.1 and 0.2 form one contiguous interval
+    assert choose(c).inside == (True, True) and in_set(0.15, choose(c).values, choose(c).inside)
     table += [{"max_lr": 0.15, "seed": s, "val_acc": 95.0, "diverged": False} for s in (0, 2)]
     c = Curve.from_rows(table)
-    assert c.trained == [0.1, 0.2] and c.n_seeds == 3
+    assert c.trained == [0.1, 0.2] and c.tried == [0.1, 0.15, 0.2] and c.n_seeds == 3
     choice = choose(c)
-    assert choice.best == 0.1 and choice.values == (0.1, 0.2)
+    assert choice.best == 0.1 and choice.values == (0.1, 0.15, 0.2)
+    assert choice.inside == (True, False, True) and choice.noise_inside == (True, False, True)
+    assert not choice.contiguous and not in_set(0.12, choice.values, choice.inside)
 
 
 def test_a_repeated_value_is_refused_naming_the_rows_and_values_computed_apart_compare_equal():

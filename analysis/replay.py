@@ -1,0 +1,171 @@
+"""`oracle-search replay RUN --out DIR`: what the racing Oracle would have decided, and at what cost, on a finished
+run. Trains nothing: every training the rule asks for is answered from RUN's results table.
+
+At every cycle, along RUN's own chain (each seed's start is RUN's chosen checkpoint, so later cycles start from
+RUN's b, and a cycle's first values are the bracket around RUN's previous b, as RUN's driver chose them), the racing
+rule (`oracle_search.racing`) runs on the cycle's first values and its refinement rounds. A training the table
+cannot answer is counted (`unanswered`) and skipped. Then the values next to every compared schedule's max_lr are
+completed from the table (`analysis.regret.completion_targets`), as a racing `compare` does before its analysis.
+
+Written to DIR: `replay.csv` (per cycle: both b's, both training counts, unanswered), `replay_rows.parquet` (the
+Oracle rows racing used, RUN's chained rows that carry each seed to the next cycle, the completions, and every
+non-Oracle row of RUN, all unchanged), and `report.md` with `tables/verdict.csv` computed from those rows alone.
+With `slots`, the simulated wall time of both plans on that many slots, from each row's measured seconds.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.regret import analyse, completion_targets
+from analysis.select import oracle_trials
+from oracle_search.curve import lr_key
+from oracle_search.racing import RACING_REFINE, Pair, Pool, Race, race_settings, refinement, run_race
+from oracle_search.schema import Method, read_results, results_frame
+from oracle_search.selection import Curve, bracket, choose, in_set, next_values
+from trainables.atomic import atomic_write_bytes
+
+REPLAY_COLUMNS = ["cycle", "exhaustive_b", "racing_b", "trainings_exhaustive", "trainings_racing", "unanswered"]
+
+
+@dataclass(frozen=True)
+class Replay:
+    cycles: pd.DataFrame  # replay.csv
+    rows: pd.DataFrame  # replay_rows.parquet
+    inside: int  # cycles where racing's b lies in RUN's paper interval
+    labels_equal: int
+    labels: int  # comparisons in RUN's verdict
+    wall: dict[str, tuple[float, float]] | None  # plan -> (seconds, utilisation) on `slots`
+
+    def last_line(self) -> str:
+        used, of = int(self.cycles["trainings_racing"].sum()), int(self.cycles["trainings_exhaustive"].sum())
+        return (f"replay: racing used {used} of {of} Oracle trainings ({100 * used / max(of, 1):.0f} %), racing b "
+                f"inside the run's paper interval at {self.inside} of {len(self.cycles)} cycles, verdict labels "
+                f"equal on {self.labels_equal} of {self.labels}")
+
+
+def makespan(batches: list[list[float]], slots: int) -> tuple[float, float]:
+    """Wall time and utilisation of batches run one after another, each spread greedily over `slots` (a batch
+    waits for its slowest training, as the drivers do)."""
+    wall = busy = 0.0
+    for batch in batches:
+        free = [0.0] * slots
+        for seconds in batch:
+            i = free.index(min(free))
+            free[i] += seconds
+        wall += max(free) if batch else 0.0
+        busy += sum(batch)
+    return wall, busy / (slots * wall) if wall else math.nan
+
+
+def _exhaustive_batches(table: dict[Pair, dict], values: list[float], seeds: list[int], grid: list[float],
+                        refine: int) -> list[list[float]]:
+    """The batches RUN's exhaustive driver ran at one cycle, rebuilt by replaying its loop on the table."""
+    rows: dict[Pair, dict] = {}
+    batches, rounds = [], 0
+    while values:
+        batch = {(v, s): table[(v, s)] for v in values for s in seeds if (v, s) in table}
+        batches.append([float(r["seconds"]) for r in batch.values()])
+        rows |= batch
+        choice = choose(Curve.from_rows(list(rows.values())))
+        if choice is None or rounds >= refine:
+            break
+        values = next_values(choice, grid)
+        rounds += 1
+    return batches
+
+
+def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
+           racing_refine: int = RACING_REFINE) -> Replay:
+    """Replay the racing rule on RUN's table; write DIR's files (module docstring). `refine`: the refinement rounds
+    RUN's exhaustive driver had (its batches are rebuilt with them); `racing_refine`: the racing Oracle's."""
+    run, out = Path(run), Path(out)
+    spec = json.loads((run / "spec.json").read_text())
+    df = results_frame(read_results(run).to_dict("records"))
+    grid = sorted(lr_key(g) for g in spec["grid"])
+    oracle = oracle_trials(df)
+    last = int(oracle["cycle"].max())
+    per_seed = oracle.groupby("seed")["cycle"].agg(lambda c: set(int(x) for x in c))
+    seeds = sorted(int(s) for s, cs in per_seed.items() if cs >= set(range(last + 1)))
+    oracle = oracle[oracle["seed"].isin(seeds)]
+    width = slots or 1
+
+    records, used, batches = [], [], {"exhaustive": [], "racing": []}
+    pool, inside, previous, dense = Pool(), 0, None, None
+    for m in range(last + 1):
+        at = oracle[oracle["cycle"] == m]
+        table = {(lr_key(r["max_lr"]), int(r["seed"])): r for r in at.to_dict("records")}
+        exhaustive = choose(Curve.from_rows(at))
+        values = sorted({*bracket(grid, previous), dense}) if m else grid
+        race = Race(race_settings(seeds, values, racing_refine), pool)
+        race.add(values)
+
+        def train(pairs: list[Pair]) -> dict[Pair, dict]:
+            got = {p: table[p] for p in pairs if p in table}
+            batches["racing"].append([float(r["seconds"]) for r in got.values()])
+            return got
+
+        run_race(race, train, width, refinement(grid), racing_refine)
+        pool = pool + race.final_pool()
+        racing = choose(race.curve())
+        chained = at[at["selected"].astype(bool)]  # RUN's chain: each seed's start at the next cycle
+        rows = {r["key"]: r for r in [*race.rows.values(), *chained.to_dict("records")]}
+        used += list(rows.values())
+        batches["exhaustive"] += _exhaustive_batches(table, values, seeds, grid, refine)
+        inside += bool(racing is not None and in_set(racing.best, exhaustive.values, exhaustive.inside))
+        records.append({"cycle": m, "exhaustive_b": exhaustive.best,
+                        "racing_b": math.nan if racing is None else racing.best,
+                        "trainings_exhaustive": len(at), "trainings_racing": len(rows), "unanswered": len(race.missing)})
+        previous = exhaustive.best
+        dense = dense if m else exhaustive.best
+
+    cycles = pd.DataFrame(records, columns=REPLAY_COLUMNS)
+    others = df[df["method"] != Method.ORACLE.value]
+    kept = pd.DataFrame(used)
+    by_key = {(int(r["cycle"]), lr_key(r["max_lr"]), int(r["seed"])): r for r in oracle.to_dict("records")}
+    for _ in range(3):  # the values next to every compared schedule, completed as a racing compare does
+        frame = results_frame([*kept.to_dict("records"), *others.to_dict("records")])
+        targets = completion_targets(frame)
+        wanted = [(m, v, s) for m, vs in targets.items() for v in vs for s in seeds]
+        have = {(int(r["cycle"]), lr_key(r["max_lr"]), int(r["seed"])) for r in kept.to_dict("records")}
+        new = [by_key[k] for k in wanted if k in by_key and k not in have]
+        missing = [k for k in wanted if k not in by_key]
+        for m, _v, _s in missing:
+            cycles.loc[cycles["cycle"] == m, "unanswered"] += 1
+        if not new:
+            break
+        for row in new:
+            cycles.loc[cycles["cycle"] == int(row["cycle"]), "trainings_racing"] += 1
+            batches["racing"].append([float(row["seconds"])])
+        kept = pd.concat([kept, pd.DataFrame(new)], ignore_index=True)
+
+    rows = results_frame([*kept.to_dict("records"), *others.to_dict("records")])
+    mine, theirs = analyse(rows).verdict, analyse(df).verdict
+    labels = theirs.set_index(["schedule", "versus"])["verdict"]
+    ours = mine.set_index(["schedule", "versus"])["verdict"].reindex(labels.index)
+    wall = ({plan: makespan(b, slots) for plan, b in batches.items()} if slots else None)
+    result = Replay(cycles, rows, inside, int((ours == labels).sum()), len(labels), wall)
+    _write(result, out, run)
+    return result
+
+
+def _write(result: Replay, out: Path, run: Path) -> None:
+    from analysis.report import write_report
+
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / "replay.csv", result.cycles.to_csv(index=False))
+    atomic_write_bytes(out / "replay_rows.parquet", _parquet(result.rows))
+    atomic_write_bytes(out / "spec.json", (run / "spec.json").read_bytes())
+    write_report(out, rows=result.rows)
+
+
+def _parquet(frame: pd.DataFrame) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return buffer.getvalue()

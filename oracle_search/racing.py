@@ -1,0 +1,254 @@
+"""The racing rule: choose among finite candidates on paired seeds from fewer complete trainings.
+
+Candidates (max_lr values at one cycle) are trained in rounds of seeds, in the order of the chain's seeds. Only
+complete trainings count. After each round every candidate still in the race is compared with the **leader** (the
+candidate with the best mean among those with the most seeds, ties to the smaller value) on the seeds both have:
+with d_s = acc_s(leader) − acc_s(v) over those k seeds, v is **dropped** when
+
+    mean(d) − t(1 − α', df) · σ̂ / √k  >  tolerance (0.5 points),
+
+- σ̂ is the pooled standard deviation of a paired difference (`Pool`): the residuals d_s − mean(d) of every
+  candidate that shares at least two seeds with the leader, plus the pool carried over from the chain's earlier
+  cycles (the same seeds and setup, so the same seed noise); df is the pool's degrees of freedom. Pooling is what
+  lets the rule act after one seed. Diverged trainings never enter the pool. Where values far from the leader are
+  noisier than near ones (measured on the default: sd 0.2–0.5 near b, 1–3 far), the pool is dominated by the
+  candidates that got several seeds, which are the near ones: a fair σ̂ for the values whose drop would be an error.
+- α' = α / ((K − 1) · S): Bonferroni over the S looks (one per seed) and over the K − 1 other candidates any of
+  which may lead (K: the most candidates a cycle can have). A candidate truly within the tolerance of the best is
+  then dropped with probability at most α, whichever candidate happens to lead (`tests/test_racing.py` checks it
+  on 2,000 simulated races).
+- A candidate with a diverged training is dropped at once: b is never a value some seed diverged on.
+
+A dropped candidate gets no more seeds and is in none of the Oracle's sets (it is trained by fewer than every
+seed, `selection.choose`). The leader and every candidate not dropped get every seed, so b keeps its definition:
+the best seed mean among values every seed trained. With no pool yet (the first round of the first cycle) nothing
+is dropped.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
+
+from oracle_search.curve import Curve, best_of, lr_key
+from oracle_search.selection import TOLERANCE, choose, next_values
+from oracle_search.statistics import half_width
+
+ALPHA = 0.05
+MOST_NEW_VALUES_PER_ROUND = 4  # selection.next_values: one per edge of the two intervals
+# The racing Oracle refines the paper interval's edges once; where a compared schedule's max_lr falls between a
+# member and a non-member, the step before the verdict resolves that gap to 5 % (analysis.regret.completion_targets).
+RACING_REFINE = 1
+
+Pair = tuple[float, int]  # (value, seed)
+
+
+@dataclass
+class Pool:
+    """The pooled variance of a paired difference: a sum of squared residuals and its degrees of freedom."""
+
+    ss: float = 0.0
+    df: int = 0
+
+    def __add__(self, other: "Pool") -> "Pool":
+        return Pool(self.ss + other.ss, self.df + other.df)
+
+    @property
+    def sd(self) -> float:
+        return math.sqrt(self.ss / self.df) if self.df else math.nan
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one race needs to know in advance: the seeds (the looks), α, the tolerance, and the most candidates
+    a cycle may have (the Bonferroni count)."""
+
+    seeds: tuple[int, ...]
+    most_candidates: int
+    alpha: float = ALPHA
+    tolerance: float = TOLERANCE
+
+    @property
+    def per_test(self) -> float:
+        """α' = α / ((K − 1) · S)."""
+        return self.alpha / (max(self.most_candidates - 1, 1) * len(self.seeds))
+
+
+@dataclass
+class Race:
+    """One cycle's race. Feed it rows (`record`), ask it what to train (`needed`, `ahead`)."""
+
+    settings: Settings
+    prior: Pool = field(default_factory=Pool)  # carried from earlier cycles of the chain
+    candidates: list[float] = field(default_factory=list)
+    rows: dict[Pair, dict] = field(default_factory=dict)
+    dropped: dict[float, str] = field(default_factory=dict)  # value -> why
+    missing: set[Pair] = field(default_factory=set)  # asked for, never answered (replay)
+
+    def add(self, values: Iterable[float]) -> None:
+        self.candidates = sorted({*self.candidates, *(lr_key(v) for v in values)})
+
+    @property
+    def alive(self) -> list[float]:
+        return [v for v in self.candidates if v not in self.dropped]
+
+    def seeds_of(self, value: float) -> list[int]:
+        return [s for s in self.settings.seeds if (value, s) in self.rows]
+
+    def _next_seeds(self, value: float) -> list[int]:
+        return [s for s in self.settings.seeds if (value, s) not in self.rows and (value, s) not in self.missing]
+
+    def needed(self) -> list[Pair]:
+        """The next round: each candidate still in the race gets its next seed."""
+        return [(v, seeds[0]) for v in self.alive if (seeds := self._next_seeds(v))]
+
+    def ahead(self, n: int) -> list[Pair]:
+        """Up to `n` trainings beyond the round, most likely needed first: the leader's next seeds, then those of
+        the candidates closest to it (they are the ones the race keeps). Free slots run these instead of idling;
+        their rows count like any other."""
+        if n <= 0:
+            return []
+        round_ = set(self.needed())
+        lead = self.leader()
+        gap = self.gaps()
+        order = sorted(self.alive, key=lambda v: (v != lead, gap.get(v, math.inf), v))
+        extra: list[Pair] = []
+        for depth in range(1, len(self.settings.seeds)):
+            for v in order:
+                seeds = self._next_seeds(v)
+                if len(seeds) > depth and (v, seeds[depth]) not in round_:
+                    extra.append((v, seeds[depth]))
+        return extra[:n]
+
+    def record(self, rows: dict[Pair, dict]) -> None:
+        """Rows of finished trainings, by (value, seed); then drop what the rule says."""
+        for (value, seed), row in rows.items():
+            self.rows[(lr_key(value), seed)] = row
+        self.look()
+
+    def forget(self, pairs: Iterable[Pair]) -> None:
+        """Trainings that were asked for and cannot be had (replay: not in the table)."""
+        self.missing |= {(lr_key(v), s) for v, s in pairs}
+
+    def _acc(self, value: float) -> dict[int, float]:
+        return {s: float(self.rows[(value, s)]["val_acc"]) for s in self.seeds_of(value)}
+
+    def _diverged(self, value: float) -> bool:
+        return any(bool(self.rows[(value, s)].get("diverged")) for s in self.seeds_of(value))
+
+    def leader(self) -> float | None:
+        """The best mean among the alive candidates with the most seeds (ties to the smaller value)."""
+        trained = [v for v in self.alive if self.seeds_of(v)]
+        if not trained:
+            return None
+        most = max(len(self.seeds_of(v)) for v in trained)
+        means = {v: float(np.mean(list(self._acc(v).values()))) for v in trained if len(self.seeds_of(v)) == most}
+        return best_of(_series(means))
+
+    def _differences(self, lead: float) -> dict[float, np.ndarray]:
+        """d_s = acc_s(lead) − acc_s(v) on the seeds both have, for every other candidate with a shared seed and
+        no divergence."""
+        base = self._acc(lead)
+        out = {}
+        for v in self.candidates:
+            if v == lead or self._diverged(v):
+                continue
+            acc = self._acc(v)
+            shared = [s for s in acc if s in base]
+            if shared:
+                out[v] = np.array([base[s] - acc[s] for s in shared])
+        return out
+
+    def pool(self) -> Pool:
+        """This cycle's residuals around each paired mean (candidates with ≥ 2 seeds shared with the leader) plus
+        the prior."""
+        lead = self.leader()
+        here = Pool()
+        if lead is not None and not self._diverged(lead):
+            for d in self._differences(lead).values():
+                if len(d) >= 2:
+                    here = here + Pool(float(np.sum((d - d.mean()) ** 2)), len(d) - 1)
+        return self.prior + here
+
+    def gaps(self) -> dict[float, float]:
+        """mean(d) of each alive candidate against the leader."""
+        lead = self.leader()
+        if lead is None:
+            return {}
+        return {v: float(d.mean()) for v, d in self._differences(lead).items() if v in self.alive}
+
+    def look(self) -> None:
+        """Drop diverged candidates, then every candidate shown worse than the leader by more than the tolerance;
+        repeat while the leader changes (a drop never removes the leader, a divergence can)."""
+        for v in self.alive:
+            if self._diverged(v):
+                self.dropped[v] = "diverged"
+        lead = self.leader()
+        if lead is None:
+            return
+        pool = self.pool()
+        if not pool.df:
+            return
+        for v, d in self._differences(lead).items():
+            if v not in self.alive:
+                continue
+            margin = half_width(pool.sd, len(d), 1 - self.settings.per_test, "one", dof=pool.df)
+            if float(d.mean()) - margin > self.settings.tolerance:
+                self.dropped[v] = (f"{d.mean():.2f} points behind {lead:g} over {len(d)} seed(s), "
+                                   f"more than {self.settings.tolerance:g} + {margin:.2f}")
+
+    def curve(self) -> Curve:
+        return Curve.from_rows([{**row, "max_lr": v, "seed": s} for (v, s), row in self.rows.items()],
+                               self.settings.seeds)
+
+    def final_pool(self) -> Pool:
+        """What this cycle adds to the pool carried forward: residuals against the cycle's b."""
+        return self.pool() + Pool(-self.prior.ss, -self.prior.df)
+
+
+def _series(values: dict[float, float]):
+    import pandas as pd
+
+    return pd.Series(values, dtype=float).sort_index()
+
+
+def race_settings(seeds: list[int], values: list[float], refine: int) -> Settings:
+    """A cycle's race: its looks are the seeds, its candidates at most the first values plus `refine` rounds of new
+    ones."""
+    return Settings(tuple(seeds), most_candidates=len(values) + MOST_NEW_VALUES_PER_ROUND * refine)
+
+
+def refinement(grid: list[float]):
+    """The values a racing refinement round adds, given a cycle's curve: `selection.next_values` on its choice,
+    resolving the paper interval's edges (b and that interval are what the decisions rest on)."""
+    def new_values(curve: Curve) -> list[float]:
+        choice = choose(curve)
+        return next_values(choice, grid, paper_only=True) if choice is not None else []
+    return new_values
+
+
+Train = Callable[[list[Pair]], dict[Pair, dict]]
+
+
+def run_race(race: Race, train: Train, slots: int = 1,
+             refine: Callable[[Curve], list[float]] | None = None, rounds: int = 0) -> int:
+    """Race until every candidate still in is trained on every seed, adding refinement values from `refine`
+    (given the curve, the values to add, as `selection.next_values` chooses them) for at most `rounds` rounds.
+    `train` trains a batch and returns the rows it could get; a pair it could not answer is forgotten. Returns
+    the refinement rounds used."""
+    used = 0
+    while True:
+        need = race.needed()
+        if not need:
+            new = [v for v in (refine(race.curve()) if refine and used < rounds else []) if v not in race.candidates]
+            if not new:
+                return used
+            race.add(new)
+            used += 1
+            continue
+        batch = need + race.ahead(slots - len(need))
+        got = train(batch)
+        race.forget(p for p in batch if p not in got)
+        race.record(got)
