@@ -21,8 +21,8 @@ with d_s = acc_s(leader) − acc_s(v) over those k seeds, v is **dropped** when
 
 A dropped candidate gets no more seeds and is in none of the Oracle's sets (it is trained by fewer than every
 seed, `selection.choose`). The leader and every candidate not dropped get every seed, so b keeps its definition:
-the best seed mean among values every seed trained. With no pool yet (the first round of the first cycle) nothing
-is dropped.
+the best seed mean among values every seed trained. With no pool yet (the first round of the first cycle), or one
+of fewer than 2 degrees of freedom or no spread, nothing is dropped.
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import numpy as np
+import pandas as pd
 
 from oracle_search.curve import Curve, best_of, lr_key
 from oracle_search.selection import TOLERANCE, choose, next_values
@@ -41,6 +42,7 @@ MOST_NEW_VALUES_PER_ROUND = 4  # selection.next_values: one per edge of the two 
 # The racing Oracle refines the paper interval's edges once; where a compared schedule's max_lr falls between a
 # member and a non-member, the step before the verdict resolves that gap to 5 % (analysis.regret.completion_targets).
 RACING_REFINE = 1
+MIN_POOL_DF = 2  # one residual, or residuals that happen to be equal, are no estimate of the noise
 
 Pair = tuple[float, int]  # (value, seed)
 
@@ -189,7 +191,7 @@ class Race:
         if lead is None:
             return
         pool = self.pool()
-        if not pool.df:
+        if pool.df < MIN_POOL_DF or pool.sd == 0:  # no estimate of the noise yet: nothing can be shown
             return
         for v, d in self._differences(lead).items():
             if v not in self.alive:
@@ -208,9 +210,7 @@ class Race:
         return self.pool() + Pool(-self.prior.ss, -self.prior.df)
 
 
-def _series(values: dict[float, float]):
-    import pandas as pd
-
+def _series(values: dict[float, float]) -> pd.Series:
     return pd.Series(values, dtype=float).sort_index()
 
 
