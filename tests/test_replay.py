@@ -1,0 +1,97 @@
+"""`oracle-search replay` (analysis/replay.py) on a hand-made exhaustive run: every number below is worked out by
+hand from the racing rule's definition (oracle_search/racing.py)."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from analysis.replay import makespan, replay
+from oracle_rows import oracle_rows
+from oracle_search.cli import main
+from oracle_search.schema import results_frame, write_results
+
+GRID = [0.1, 0.2, 0.4, 0.8]
+# Per cycle: the value chained forward, {max_lr: val_acc of seeds 0, 1, 2}.
+CYCLES = {0: (0.4, {0.1: [60, 61, 62], 0.2: [79, 80.5, 81], 0.4: [80, 81, 82], 0.8: [50, 50, 50]}),
+          1: (0.4, {0.1: [70, 70, 70], 0.2: [80, 81, 82], 0.4: [81, 82, 83], 0.8: [40, 40, 40]})}
+
+
+def silo(lrs: dict[int, float]) -> list[dict]:
+    return [{"experiment": "t", "method": "silo_paper", "stage": "final", "seed": s, "cycle": c, "max_lr": lr,
+             "density": 100 * 0.8**c, "val_acc": 70.0, "test_acc": 70.0, "selected": True, "seconds": 1.0}
+            for s in (1000, 1001, 1002) for c, lr in lrs.items()]
+
+
+@pytest.fixture
+def run(tmp_path):
+    """An exhaustive run: 4 values × 3 seeds at cycles 0 and 1, each training 1 s; SILO (paper) at 0.4 then 0.2."""
+    rows = [r | {"seconds": 1.0, "key": f"oracle-c{r['cycle']}-s{r['seed']}-lr{r['max_lr']}"}
+            for r in oracle_rows(CYCLES)]
+    folder = tmp_path / "run"
+    write_results(folder, results_frame(rows + silo({0: 0.4, 1: 0.2})).to_dict("records"))
+    (folder / "spec.json").write_text(json.dumps({"grid": GRID, "preset": "hand"}))
+    return folder
+
+
+def test_replay_by_hand(run, tmp_path):
+    """Cycle 0, no pool yet. Seed 0: all 4 trained, nothing can be shown. Seed 1: leader 0.4 (mean 80.5); paired
+    differences 0.2 [1, 0.5], 0.1 [20, 20], 0.8 [30, 31]: pooled ss 0.625 on 3 df; α' = 0.05 / (3 looks · 3 other
+    candidates) so t(1 − α', 3)·sd/√2 = 1.82: 0.1 (20 behind) and 0.8 (30.5) are dropped, 0.2 (0.75) is not.
+    Seed 2: 0.4 and 0.2. 10 trainings of 12.
+    Cycle 1 (the bracket of 0.4 is the whole grid), with cycle 0's pool (0.2 [1, 0.5, 1]: ss 1/6 on 2 df, 0.1 0 on
+    1, 0.8 0.5 on 1): after seed 0, 0.1 (11 behind) and 0.8 (41) are dropped, margin t(1 − α', 4)·0.41 = 1.9.
+    8 trainings of 12. Racing used 18 of 24 (75 %); b = 0.4 at both cycles, as the run's.
+    On 2 slots, 1 s each: exhaustive 12 + 12 trainings, 6 s + 6 s; racing batches 4, 4, 2 | 4, 2, 2: 2+2+1+2+1+1
+    = 9 s; both keep the slots busy."""
+    out = tmp_path / "replay"
+    got = replay(run, out, slots=2, racing_refine=0)
+    expected = pd.DataFrame({"cycle": [0, 1], "exhaustive_b": [0.4, 0.4], "racing_b": [0.4, 0.4],
+                             "trainings_exhaustive": [12, 12], "trainings_racing": [10, 8], "unanswered": [0, 0]})
+    pd.testing.assert_frame_equal(got.cycles, expected, check_dtype=False)
+    assert got.wall == {"exhaustive": (12.0, 1.0), "racing": (9.0, 1.0)}
+    # SILO (paper) at 0.2 on cycle 1 is complete in both: the same three verdicts.
+    assert (got.labels_equal, got.labels) == (3, 3)
+    assert got.last_line() == ("replay: racing used 18 of 24 Oracle trainings (75 %), racing b inside the run's "
+                               "paper interval at 2 of 2 cycles, verdict labels equal on 3 of 3")
+    # The files: replay.csv, the rows racing used plus every non-Oracle row, unchanged; the report from them.
+    assert pd.read_csv(out / "replay.csv").equals(got.cycles)
+    kept = pd.read_parquet(out / "replay_rows.parquet")
+    oracle = kept[kept["method"] == "oracle"]
+    assert len(oracle) == 18 and len(kept) == 18 + 6
+    assert set(oracle[oracle["max_lr"] == 0.1]["seed"]) == {0, 1} and len(oracle[oracle["max_lr"] == 0.8]) == 3
+    assert (out / "report.md").exists() and len(pd.read_csv(out / "tables/verdict.csv")) == 3
+
+
+def test_a_close_race_trains_everything():
+    """The control: no value far behind, nothing dropped, so racing uses all 12 trainings of a cycle."""
+    from oracle_search.racing import Race, Settings, run_race
+
+    close = {0.1: [79.5, 80.5, 81.5], 0.2: [79, 80.5, 81], 0.4: [80, 81, 82], 0.8: [79.8, 80.9, 81.7]}
+    race = Race(Settings((0, 1, 2), 4))
+    race.add(close)
+    run_race(race, lambda pairs: {(v, s): {"val_acc": close[v][s], "diverged": False} for v, s in pairs})
+    assert not race.dropped and len(race.rows) == 12
+
+
+def test_refinement_values_the_run_never_trained_are_unanswered(run, tmp_path):
+    """With one racing refinement round, cycle 0's paper interval is {0.4}: its edges ask for √(0.2·0.4) = 0.2828
+    and √(0.4·0.8) = 0.5657, which the run never trained: 2 values × 3 seeds unanswered, nothing else changes."""
+    got = replay(run, tmp_path / "replay", racing_refine=1)
+    assert got.cycles.loc[0, "unanswered"] == 6 and got.cycles.loc[0, "trainings_racing"] == 10
+
+
+def test_makespan_spreads_each_batch_and_waits_for_its_slowest():
+    assert makespan([[3, 1, 1, 1], [2]], 2) == (3 + 2, pytest.approx(8 / (2 * 5)))
+
+
+def test_the_command_prints_the_last_line_and_refuses_a_folder_without_a_run(run, tmp_path, capsys):
+    code = main(["replay", str(run), "--out", str(tmp_path / "r"), "--slots", "2"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert code == 0 and lines[-1].startswith("replay: racing used ") and "on 2 slot(s)" in "\n".join(lines)
+    code = main(["replay", str(tmp_path / "nothing"), "--out", str(tmp_path / "r2")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "RUN" in err[0] and not (tmp_path / "r2").exists()
+    code = main(["replay", str(run), "--out", str(tmp_path / "r3"), "--slots", "0"])
+    assert code == 2 and "slots" in capsys.readouterr().err and not (tmp_path / "r3").exists()
