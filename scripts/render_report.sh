@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Render DIR/report.html in headless Chromium: write a screenshot to OUT.png and print, as one JSON line, what
-# the browser saw: {"images": N, "broken_images": [...], "links": N, "broken_links": [...]}.
+# the browser saw: {"images": N, "broken_images": [...], "links": N, "broken_links": [...], "first_table_bottom": PX}
+# (PX: where the first table ends, from the top of the page at this width).
 # Exit 0 when every image loaded and every link resolves, 1 when something is broken, 2 on bad arguments.
 # Installs Debian's `chromium` package (apt-get) when no Chromium is on PATH.
 set -euo pipefail
@@ -71,8 +72,10 @@ window.addEventListener("load", () => {
   }
   const pre = document.createElement("pre");
   pre.id = "render-check";
+  const table = document.querySelector("table");  // the report's first table: the verdict
   pre.textContent = JSON.stringify({images: images.length, broken_images: brokenImages,
-                                    links: links.length, broken_links: brokenLinks});
+                                    links: links.length, broken_links: brokenLinks,
+                                    first_table_bottom: table ? Math.ceil(table.getBoundingClientRect().bottom) : null});
   document.body.appendChild(pre);
 });
 </script>
