@@ -9,6 +9,7 @@ from oracle_search.engine import Runner
 from oracle_search.oracle import chain_suffix, cycle_trial, grid_key
 from oracle_search.schema import BASELINES, Method, Stage
 from oracle_search.curve import Curve
+from oracle_search.racing import Race, Settings, run_races
 from trainables.schedules import SiloParams
 from trainables.spec import ExperimentSpec
 
@@ -22,16 +23,37 @@ def silo_tags(method: Method, params: SiloParams, stage: Stage, **extra) -> dict
             "delta": params.delta, "q": params.q, "beta": params.beta, **extra}
 
 
-def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], seeds: list[int]) -> dict[str, float]:
-    """Each schedule's best peak LR on cycle 0 (seed-mean validation accuracy; ties to the smaller LR)."""
+def tune_trial(spec: ExperimentSpec, name: str, lr: float, seed: int):
+    return cycle_trial(spec.with_schedule(name=name), f"{name}-tune-c00-s{seed}-lr{grid_key(lr)}", 0, seed, lr,
+                       None, {"method": name, "stage": Stage.TUNE.value, "schedule": name, "selected": False})
+
+
+def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], seeds: list[int],
+               racing: bool = False) -> dict[str, float]:
+    """Each schedule's best peak LR on cycle 0 (seed-mean validation accuracy over values every seed trained; ties
+    to the smaller LR). `racing`: one race per schedule, side by side (oracle_search.racing): a peak shown more than
+    0.5 points worse than that schedule's leader gets no more seeds."""
     spec = runner.spec
-    trials = [cycle_trial(spec.with_schedule(name=name), f"{name}-tune-c00-s{seed}-lr{grid_key(lr)}", 0, seed, lr,
-                          None, {"method": name, "stage": Stage.TUNE.value, "schedule": name, "selected": False})
-              for name in schedules for lr in grid for seed in seeds]
-    rows = runner.run(trials)
+    if racing:
+        races = {name: Race(Settings(tuple(seeds), most_candidates=len(grid))) for name in schedules}
+        for race in races.values():
+            race.add(grid)
+
+        def train(batch):
+            trials = {(name, pair): tune_trial(spec, name, *pair) for name, pair in batch}
+            got = runner.run(list(trials.values()))
+            return {key: got[t.key] for key, t in trials.items() if t.key in got}
+
+        run_races(races, train, runner.slots())
+        curves = {name: race.curve() for name, race in races.items()}
+    else:
+        trials = [tune_trial(spec, name, lr, seed) for name in schedules for lr in grid for seed in seeds]
+        rows = runner.run(trials)
+        curves = {name: Curve.from_rows([rows[t.key] for t in trials if t.tags["method"] == name])
+                  for name in schedules}
     peaks = {}
     for name in schedules:
-        best = Curve.from_rows([rows[t.key] for t in trials if t.tags["method"] == name]).best
+        best = curves[name].best
         if best is None:
             runner.progress.say(f"  baselines: every peak LR diverged for {name}; it is left out")
             continue
@@ -98,10 +120,12 @@ def run_finals(runner: Runner, peaks: dict[str, float], silo: dict[Method, SiloP
 
 
 def run_baselines(runner: Runner, tuning_seeds: list[int], eval_seeds: list[int], grid: list[float],
-                  silo: dict[Method, SiloParams], schedules: tuple[str, ...] = BASELINES) -> dict[str, float]:
-    """Tune every baseline's peak on the tuning seeds, then run them and the given SILO variants on the
-    evaluation seeds."""
-    runner.progress.say(f"baselines: tuning the peak LR of {', '.join(schedules)} over {len(grid)} values")
-    peaks = tune_peaks(runner, schedules, grid, tuning_seeds)
+                  silo: dict[Method, SiloParams], schedules: tuple[str, ...] = BASELINES,
+                  racing: bool = False) -> dict[str, float]:
+    """Tune every baseline's peak on the tuning seeds (raced with `racing`), then run them and the given SILO
+    variants on the evaluation seeds."""
+    runner.progress.say(f"baselines: tuning the peak LR of {', '.join(schedules)} over {len(grid)} values"
+                        f"{', racing' * racing}")
+    peaks = tune_peaks(runner, schedules, grid, tuning_seeds, racing)
     run_finals(runner, peaks, silo, eval_seeds)
     return peaks

@@ -331,7 +331,7 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
                                       tuning_seeds(spec, options.fit.seeds), target)
         peaks = run_baselines(runner, tuning_seeds(spec, options.oracle.seeds),
                               evaluation_seeds(spec, options.eval_seeds), list(spec.grid),
-                              _silo_variants(runner, options, study))
+                              _silo_variants(runner, options, study), racing=options.oracle.mode == "racing")
         runner.write_results()
     return peaks
 
@@ -366,7 +366,7 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
             say("== 2/4 SILO: silo_paper's δ ==")
         variants = _silo_variants(runner, options, study)
         say("== 3/4 baselines' tuning and every method's final runs ==")
-        run_baselines(runner, tune, evaluate, list(spec.grid), variants)
+        run_baselines(runner, tune, evaluate, list(spec.grid), variants, racing=options.oracle.mode == "racing")
         if options.oracle.mode == "racing":
             _complete_for_verdict(runner, options.oracle)
         table = runner.write_results()

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Hashable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -232,23 +232,36 @@ def refinement(grid: list[float]):
 Train = Callable[[list[Pair]], dict[Pair, dict]]
 
 
+def run_races(races: dict[Hashable, Race], train: Callable[[list[tuple[Hashable, Pair]]], dict], slots: int = 1,
+              refine: Callable[[Curve], list[float]] | None = None, rounds: int = 0) -> dict[Hashable, int]:
+    """Run several races side by side, each round one batch: every race's next round, and free slots filled with
+    the trainings each race will most likely need next (`Race.ahead`). A race whose candidates all have every seed
+    gets refinement values from `refine` (given its curve, the values to add, as `selection.next_values` chooses
+    them) for at most `rounds` rounds. `train` takes (race key, (value, seed)) pairs and returns the rows it could
+    get by pair; a pair it could not answer is forgotten. Returns each race's refinement rounds."""
+    used = {key: 0 for key in races}
+    while True:
+        for key, race in races.items():
+            while refine and not race.needed() and used[key] < rounds:
+                new = [v for v in refine(race.curve()) if v not in race.candidates]
+                if not new:
+                    break
+                race.add(new)
+                used[key] += 1
+        need = [(key, pair) for key, race in races.items() for pair in race.needed()]
+        if not need:
+            return used
+        free = slots - len(need)
+        batch = need + [(key, pair) for key, race in races.items() for pair in race.ahead(free)][:max(free, 0)]
+        got = train(batch)
+        for key, race in races.items():
+            race.forget(pair for k, pair in batch if k == key and (k, pair) not in got)
+            race.record({pair: row for (k, pair), row in got.items() if k == key})
+
+
 def run_race(race: Race, train: Train, slots: int = 1,
              refine: Callable[[Curve], list[float]] | None = None, rounds: int = 0) -> int:
-    """Race until every candidate still in is trained on every seed, adding refinement values from `refine`
-    (given the curve, the values to add, as `selection.next_values` chooses them) for at most `rounds` rounds.
-    `train` trains a batch and returns the rows it could get; a pair it could not answer is forgotten. Returns
-    the refinement rounds used."""
-    used = 0
-    while True:
-        need = race.needed()
-        if not need:
-            new = [v for v in (refine(race.curve()) if refine and used < rounds else []) if v not in race.candidates]
-            if not new:
-                return used
-            race.add(new)
-            used += 1
-            continue
-        batch = need + race.ahead(slots - len(need))
-        got = train(batch)
-        race.forget(p for p in batch if p not in got)
-        race.record(got)
+    """One race (`run_races`); `train` takes and returns (value, seed) pairs. Returns the refinement rounds."""
+    def by_pair(batch):
+        return {(None, pair): row for pair, row in train([pair for _, pair in batch]).items()}
+    return run_races({None: race}, by_pair, slots, refine, rounds)[None]

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.regret import analyse, oracle_curves
+from analysis.regret import analyse, completion_targets, oracle_curves
 from analysis.select import last_cycle
 from oracle_search.curve import DuplicateRows
 from oracle_search.schema import results_frame
@@ -257,3 +257,17 @@ def test_the_last_cycle_is_one_rule():
     df = results_frame(oracle(CYCLES, DIVERGED) + final("silo_paper", {0: 0.2, 1: 0.2, 2: 0.2, 3: 0.2}))
     assert last_cycle(df) == 2 == analyse(df).last
     assert last_cycle(results_frame(final("silo_paper", {0: 0.2, 1: 0.2}))) == 1
+
+
+def test_completion_targets_name_the_values_the_verdict_needs():
+    """Racing left 0.8 with one seed at cycle 1. SILO (paper) at 0.6 lies between 0.4 (complete, in the paper
+    interval) and 0.8: the verdict needs 0.8 complete, and the midpoint √(0.4·0.8) = 0.565685 resolves whether 0.6
+    is inside. At cycle 0 SILO sits on 0.4, complete: nothing. constant_dense (0.4) and constant_best (0.4, the
+    only value complete at cycle 1 besides 0.2) need nothing either. The control: with 0.8 complete on every seed,
+    only the midpoint is asked for (0.8 is 1 point behind: outside, so the gap is still undecided)."""
+    cycles = {0: (0.4, {0.2: [80, 81, 82], 0.4: [81, 82, 83]}),
+              1: (0.4, {0.2: [80, 81, 82], 0.4: [82, 83, 84], 0.8: {0: 81.0}})}
+    rows = oracle(cycles) + final("silo_paper", {0: 0.4, 1: 0.6})
+    assert completion_targets(results_frame(rows)) == {1: [0.565685, 0.8]}
+    cycles[1][1][0.8] = [81.0, 82.0, 83.0]
+    assert completion_targets(results_frame(oracle(cycles) + final("silo_paper", {0: 0.4, 1: 0.6}))) == {1: [0.565685]}
