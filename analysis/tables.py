@@ -73,6 +73,11 @@ def headline(pooled: pd.DataFrame, tol: float = TOLERANCE, first: dict[str, int]
     return lines
 
 
+def _gap(x: float) -> str:
+    """An edge's resolution: the relative gap to the next value tried outside it, or "open"."""
+    return "open" if pd.isna(x) else f"{100 * x:.0f} %"
+
+
 def _marked(flags: list[str], cycles: pd.Series, start: int) -> list[str]:
     return [f"{f}*" if c < start else f for f, c in zip(flags, cycles)]
 
@@ -95,6 +100,8 @@ def oracle_table(df: pd.DataFrame, tol: float = TOLERANCE) -> Table | None:
         "contiguous (paper / not shown worse)": [f"{_yes_no(a)} / {_yes_no(b)}"
                                                  for a, b in zip(pooled["contiguous"], pooled["noise_contiguous"])],
         "values trained": pooled["n_values"].astype(str).tolist(),
+        "edge resolution (paper: lo / hi)": [f"{_gap(lo)} / {_gap(hi)}" for lo, hi in
+                                             zip(pooled["lo_resolution"], pooled["hi_resolution"])],
         "unimodal": [_yes_no(x) for x in pooled["unimodal"]],
     }
     first = {m: first_judged(df, m) for m in SILO_METHODS if f"{m}_max_lr" in pooled}

@@ -261,6 +261,8 @@ def test_oracle_table_paper_layout_with_both_intervals_and_both_silo_variants():
         ["values shown within 0.5", "1", "2"],
         ["contiguous (paper / not shown worse)", "yes / yes", "yes / yes"],
         ["values trained", "5", "4"],
+        # the next value tried outside each edge: 0.05 and 0.2 around [0.1, 0.1]; 0.05 and 0.4 around [0.1, 0.2]
+        ["edge resolution (paper: lo / hi)", "100 % / 100 %", "100 % / 100 %"],
         ["unimodal", "yes", "yes"],
         ["SILO (paper) max_lr", "0.05", "0.2"],
         ["SILO (paper) inside (paper / not shown worse / within)", "no / yes / no*", "yes / yes / yes"],
