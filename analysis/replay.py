@@ -10,6 +10,8 @@ completed from the table (`analysis.regret.completion_targets`), as a racing `co
 Written to DIR: `replay.csv` (per cycle: both b's, both training counts, unanswered), `replay_rows.parquet` (the
 Oracle rows racing used, RUN's chained rows that carry each seed to the next cycle, the completions, and every
 non-Oracle row of RUN, all unchanged), and `report.md` with `tables/verdict.csv` computed from those rows alone.
+RUN's chained rows complete RUN's b on every seed, so where racing's b differs (`replay.csv` says where), the
+replay's report, which takes b among complete values, may still show RUN's.
 With `slots`, the simulated wall time of both plans on that many slots, from each row's measured seconds.
 """
 from __future__ import annotations
