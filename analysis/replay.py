@@ -142,7 +142,7 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
             break
         for row in new:
             cycles.loc[cycles["cycle"] == int(row["cycle"]), "trainings_racing"] += 1
-            batches["racing"].append([float(row["seconds"])])
+        batches["racing"].append([float(row["seconds"]) for row in new])  # one batch per pass, as compare runs it
         kept = pd.concat([kept, pd.DataFrame(new)], ignore_index=True)
 
     rows = results_frame([*kept.to_dict("records"), *others.to_dict("records")])
