@@ -37,11 +37,14 @@ SPEC_OVERRIDES = {  # option -> (spec field, type, help)
     "--model": ("model", str, "network: a registry name (see `presets`) or package.module:builder, a callable "
                 "(input_shape, num_classes) -> nn.Module"),
     "--dataset": ("dataset", str, "mnist1d | digits | synthetic | cifar10 | cifar100 | imagenet, or "
-                  "package.module:loader, a callable (spec) -> trainables.data.TensorData with its own "
+                  "package.module:loader, a callable (spec) -> trainables.data.TensorData (tensors in memory) or "
+                  "trainables.data.DatasetSplits (torch Datasets, streamed by a DataLoader) with its own "
                   "train/val/test split"),
     "--data-dir": ("data_dir", str, "folder holding the dataset (CIFAR in torchvision's format); also the MNIST-1D cache"),
     "--pruner": ("pruner", str, "pruning method, e.g. global_magnitude, or package.module:score, a callable "
                  "(model, masks, batches) -> scores (global selection) or a trainables.pruning.Pruner"),
+    "--loss": ("loss", str, "training loss: cross_entropy (default), or package.module:fn, a callable "
+               "(logits, targets) -> scalar tensor (validation and test accuracy stay top-1)"),
     "--rate": ("rate", float, "fraction of the remaining weights pruned per cycle (0, 1)"),
     "--cycles": ("cycles", int, "pruning cycles L after the dense one"),
     "--epochs": ("epochs", int, "training epochs per cycle"),

@@ -106,6 +106,30 @@ def test_the_users_module_reaches_the_workers_of_a_two_node_cluster(two_nodes, s
     assert all("runtime_resources" in w for w in where)  # ...but the one Ray shipped
 
 
+@pytest.mark.slow
+def test_oracle_trains_the_examples_dataset_and_loss_on_both_nodes_of_a_two_node_cluster(two_nodes, shipped, tmp_path,
+                                                                                          monkeypatch, capsys):
+    """`oracle` on the example's Dataset form (a per-sample transform, streamed by a DataLoader: two CPUs a trial, so
+    one loader worker) and its label-smoothing loss, both by import path, on two worker nodes that can import them
+    only through the runtime environment Ray ships."""
+    monkeypatch.syspath_prepend(str(shipped))
+    out = tmp_path / "dataset-loss"
+    code = cli(["oracle", "--config", str(EXAMPLE / "experiment.toml"), "--model", "custom_cnn_shipped.model:small_cnn",
+                "--dataset", "custom_cnn_shipped.data:bars_dataset",
+                "--loss", "custom_cnn_shipped.losses:label_smoothing",
+                "--address", two_nodes.address, "--cpus-per-trial", "2", "--storage-path", str(tmp_path / "shared"),
+                "--out", str(out), *QUICK])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    rows = pd.read_parquet(out / "results.parquet")
+    assert len(rows) == 4 and set(rows["node_id"]) == two_nodes.nodes  # 2 max_lr x 2 cycles, on both nodes
+    assert rows["density"].round(1).tolist().count(64.0) == 2  # cycle 1 chained and pruned
+    sources = json.loads((out / "sources.json").read_text())
+    for kind, file in (("dataset", "data.py"), ("loss", "losses.py")):
+        shipped_file = shipped / "custom_cnn_shipped" / file
+        assert sources[kind]["sha256"] == hashlib.sha256(shipped_file.read_bytes()).hexdigest()
+    assert json.loads((out / "spec.json").read_text())["loss"] == "custom_cnn_shipped.losses:label_smoothing"
+
+
 def test_the_python_api_exports_the_pipeline():
     import oracle_search
     from oracle_search import pipeline

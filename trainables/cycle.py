@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from trainables.checkpoints import CheckpointError, checkpoint_hash, load_checkpoint, save_checkpoint
-from trainables.data import TensorData
-from trainables.plugins import build_model, load_data, resolve
+from trainables.data import Data
+from trainables.plugins import build_model, check_loss, load_data, loss_function, resolve
 from trainables.precision import autocast, grad_scaler, resolve_precision
 from trainables.pruning import Masks, MaskedWeights, apply_masks, density, full_masks, prunable, prune
 from trainables.schedules import cycle_peak, lr_at
@@ -89,7 +89,7 @@ def forward_autocast(device: torch.device, spec: ExperimentSpec):
 
 
 @torch.no_grad()
-def accuracy(model: nn.Module, data: TensorData, split: str, spec: ExperimentSpec, device: torch.device) -> float:
+def accuracy(model: nn.Module, data: Data, split: str, spec: ExperimentSpec, device: torch.device) -> float:
     model.eval()
     correct = torch.zeros((), device=device)
     with forward_autocast(device, spec):
@@ -112,17 +112,17 @@ def _histogram(values: torch.Tensor) -> tuple[float, str]:
     return float(v.std()), json.dumps({"edges": edges.tolist(), "counts": counts.tolist()})
 
 
-def layer_statistics(model: nn.Module, masks: Masks, data: TensorData, spec: ExperimentSpec,
+def layer_statistics(model: nn.Module, masks: Masks, data: Data, spec: ExperimentSpec,
                      device: torch.device) -> tuple[float, str, float, str]:
-    """§3.1: std and histogram of the unpruned weights' gradients (one training batch) and of hidden
-    post-activation outputs (one validation batch)."""
+    """§3.1: std and histogram of the unpruned weights' gradients (of the training loss on one training batch) and
+    of hidden post-activation outputs (one validation batch)."""
     activations: list[torch.Tensor] = []
     hooks = [m.register_forward_hook(lambda _m, _i, out: activations.append(out.detach().flatten()))
              for m in model.modules() if isinstance(m, (nn.ReLU, nn.GELU))]
     x, y = next(data.batches("train", spec.batch_size))
     model.train()
     model.zero_grad(set_to_none=True)
-    nn.functional.cross_entropy(model(input_layout(x, spec, device)), y).backward()
+    loss_function(spec)(model(input_layout(x, spec, device)), y).backward()
     params = prunable(model)
     grads = torch.cat([params[n].grad[masks[n]].flatten() for n in params if params[n].grad is not None])
     model.zero_grad(set_to_none=True)
@@ -146,12 +146,14 @@ def state_copy(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def prepare_cycle(spec: ExperimentSpec, cycle: int, seed: int, start_checkpoint: str | None, data: TensorData,
+def prepare_cycle(spec: ExperimentSpec, cycle: int, seed: int, start_checkpoint: str | None, data: Data,
              device: torch.device) -> tuple[nn.Module, Masks, dict | None, str]:
-    """The network to train this cycle: fresh (cycle 0), or chained, pruned and set by the weights policy."""
+    """The network to train this cycle: fresh (cycle 0), or chained, pruned and set by the weights policy. A loss
+    of the user's own is tried on it first (`check_loss`: SpecError naming the loss, before any training)."""
     torch.manual_seed(seed)
     model = build_model(spec.model, data.input_shape, data.num_classes).to(device)
     if cycle == 0:
+        check_loss(spec, model, data, device)
         return model, full_masks(model), None, ""
     if start_checkpoint is None:
         raise CheckpointError(f"cycle {cycle} needs a start checkpoint (the chained state of cycle {cycle - 1})")
@@ -173,6 +175,7 @@ def prepare_cycle(spec: ExperimentSpec, cycle: int, seed: int, start_checkpoint:
         torch.manual_seed(seed + 7919 * cycle)
         model.load_state_dict(build_model(spec.model, data.input_shape, data.num_classes).state_dict())
     apply_masks(model, masks)
+    check_loss(spec, model, data, device)
     return model, masks, state.get("rewind"), checkpoint_hash(start_checkpoint)
 
 
@@ -182,7 +185,7 @@ def train_step(forward: nn.Module, optimizer: torch.optim.Optimizer, masked: Mas
     """One optimizer step on a batch, pruned weights kept at zero; returns the detached loss (no GPU sync).
     `scaler`: fp16's gradient scaler, which skips a step whose gradients overflowed."""
     with forward_autocast(device, spec):
-        loss = nn.functional.cross_entropy(forward(input_layout(x, spec, device)), y)
+        loss = loss_function(spec)(forward(input_layout(x, spec, device)), y)
     optimizer.zero_grad(set_to_none=True)
     if scaler is None:
         loss.backward()
@@ -269,7 +272,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
     return result
 
 
-def finish_cycle(spec: ExperimentSpec, model: nn.Module, masks: Masks, data: TensorData, device: torch.device,
+def finish_cycle(spec: ExperimentSpec, model: nn.Module, masks: Masks, data: Data, device: torch.device,
                  clock: "_Clock | None" = None, *, cycle: int, seed: int, peak: float, rewind: dict | None, best_val: float,
                  best_test: float, best_epoch: int, epochs: int, diverged: bool, start_hash: str,
                  checkpoint_dir: str | Path | None, seconds_so_far: float) -> CycleResult:

@@ -19,6 +19,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -27,8 +28,8 @@ from torch.func import functional_call, stack_module_state, vmap
 from trainables import fused_native
 from trainables.cycle import (CycleResult, forward_autocast, input_layout, prepare_cycle, state_copy, accuracy, data_order,
                               finish_cycle, resolve_device)
-from trainables.data import TensorData
-from trainables.plugins import load_data
+from trainables.data import Data
+from trainables.plugins import load_data, loss_function
 from trainables.pruning import Masks
 from trainables.precision import resolve_precision
 from trainables.schedules import cycle_peak, lr_at
@@ -238,9 +239,14 @@ def _cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(logits, y)
 
 
-def fused_losses(fused: Fused, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Each candidate's mean cross-entropy on the shared batch: shape (K,)."""
+def fused_losses(fused: Fused, x: torch.Tensor, y: torch.Tensor,
+                 loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = nn.functional.cross_entropy
+                 ) -> torch.Tensor:
+    """Each candidate's loss on the shared batch: shape (K,). Cross-entropy in one op for all K; another loss (the
+    user's, `--loss`) once per candidate's logits, as run_cycle calls it."""
     logits = fused(x)
+    if loss is not nn.functional.cross_entropy:
+        return torch.stack([loss(candidate, y) for candidate in logits])
     if fused.net is None:
         return vmap(_cross_entropy, in_dims=(0, None))(logits, y)
     k, n = logits.shape[:2]
@@ -252,7 +258,7 @@ def fused_step(fused: Fused, optimizer: FusedOptimizer, masks: Masks, x: torch.T
     """One training step of every slot, as run_cycle takes one: masked gradients, update, re-zeroed pruned
     weights. Returns the per-slot losses (K,). Summing them does not mix candidates: d(sum)/d(loss_k) = 1."""
     with forward_autocast(device, spec):
-        losses = fused_losses(fused, input_layout(x, spec, device), y)
+        losses = fused_losses(fused, input_layout(x, spec, device), y, loss_function(spec))
     fused.zero_grad()
     losses.sum().backward()
     optimizer.step(lr, masks)
@@ -261,7 +267,7 @@ def fused_step(fused: Fused, optimizer: FusedOptimizer, masks: Masks, x: torch.T
 
 
 @torch.no_grad()
-def fused_accuracy(fused: Fused, data: TensorData, split: str, spec: ExperimentSpec,
+def fused_accuracy(fused: Fused, data: Data, split: str, spec: ExperimentSpec,
                    device: torch.device) -> list[float]:
     """`cycle.accuracy` of every slot, in one pass over the split."""
     fused.train(False)

@@ -1,4 +1,4 @@
-"""Import paths as code: which module file a spec's model, dataset or pruner comes from, its hash (part of a run's
+"""Import paths as code: which module file a spec's model, dataset, pruner or loss comes from, its hash (part of a run's
 identity), and how Ray ships it to cluster workers. No torch and no registry: `trainables.spec` hashes its
 import paths through here, and `trainables.plugins` (the registries' resolver, above) imports user modules here."""
 from __future__ import annotations
@@ -23,9 +23,10 @@ class NamesCode(Protocol):
     model: str
     dataset: str
     pruner: str
+    loss: str
 
 
-KIND_NAMES = ("model", "dataset", "pruner")  # the spec fields that name code: a registry name or an import path
+KIND_NAMES = ("model", "dataset", "pruner", "loss")  # the spec fields that name code: a registry name or an import path
 OWN_PACKAGES = ("trainables", "oracle_search", "analysis")  # installed on every node with oracle-search
 
 
@@ -75,10 +76,11 @@ def _file_hash(path: str, mtime_ns: int, size: int) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def spec_sources(spec: NamesCode) -> dict[str, dict[str, str | None]]:
-    """Each import-path field of `spec` with its module file's hash: the code a run's results came from."""
+def spec_sources(spec: NamesCode, kinds: tuple[str, ...] = KIND_NAMES) -> dict[str, dict[str, str | None]]:
+    """Each import-path field of `spec` (of `kinds`) with its module file's hash: the code a run's results came
+    from."""
     return {kind: {"path": name, "sha256": source_hash(name)}
-            for kind in KIND_NAMES if is_import_path(name := getattr(spec, kind))}
+            for kind in kinds if is_import_path(name := getattr(spec, kind))}
 
 
 # --- clusters: the user's code reaches the workers through Ray's runtime environment ------------------------------

@@ -27,6 +27,13 @@ NUMERICS = 2
 # run may change them. Every other field is science.
 NOT_SCIENCE = ("preset", "resources", "device", "data_dir")
 
+# Science fields added after runs were recorded, with the value every earlier run had: at that value a field is
+# left out of the science, so earlier runs' fingerprints, study names and resumes stay as they were.
+LATER_FIELDS = {"loss": "cross_entropy"}
+# The import-path fields a chained checkpoint must agree on (the network, the data, the pruning; not the loss,
+# which the training fingerprint holds).
+CHAIN_KINDS = ("model", "dataset", "pruner")
+
 
 @dataclass(frozen=True)
 class OptimizerSpec:
@@ -61,6 +68,7 @@ class ExperimentSpec:
     dataset: str = "mnist1d"
     data_dir: str | None = None
     pruner: str = "global_magnitude"
+    loss: str = "cross_entropy"  # or package.module:fn, (logits, targets) -> scalar tensor (trainables.plugins)
     rate: float = 0.2
     prune_output: bool = True  # False: the output layer keeps all its weights (OpenLTH's CIFAR setting)
     cycles: int = 5
@@ -109,7 +117,7 @@ class ExperimentSpec:
         also its module file's hash)."""
         keys = ("model", "dataset", "pruner", "rate", "prune_output", "weights", "rewind_epoch", "val_fraction",
                 "test_fraction", "num_samples", "split_seed")
-        blob = json.dumps({k: getattr(self, k) for k in keys} | self._source_hashes(), sort_keys=True)
+        blob = json.dumps({k: getattr(self, k) for k in keys} | self._source_hashes(CHAIN_KINDS), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def science(self) -> dict[str, Any]:
@@ -117,6 +125,9 @@ class ExperimentSpec:
         d = self.to_dict()
         for name in NOT_SCIENCE:
             d.pop(name)
+        for name, before in LATER_FIELDS.items():
+            if d[name] == before:
+                d.pop(name)
         return d | self._source_hashes()
 
     def training_fingerprint(self) -> str:
@@ -130,9 +141,11 @@ class ExperimentSpec:
         d["schedule"].pop("silo")
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
-    def _source_hashes(self) -> dict[str, str | None]:
-        """The module file hash of each import-path field (none for registry names: their fingerprints stay)."""
-        return {f"{kind}_sha256": source["sha256"] for kind, source in spec_sources(self).items()}
+    def _source_hashes(self, kinds: tuple[str, ...] | None = None) -> dict[str, str | None]:
+        """The module file hash of each import-path field, or of those of `kinds` (none for registry names: their
+        fingerprints stay)."""
+        sources = spec_sources(self) if kinds is None else spec_sources(self, kinds)
+        return {f"{kind}_sha256": source["sha256"] for kind, source in sources.items()}
 
     def with_schedule(self, **changes: Any) -> "ExperimentSpec":
         return dataclasses.replace(self, schedule=dataclasses.replace(self.schedule, **changes))
@@ -173,7 +186,7 @@ def _choice(value: str, allowed: tuple[str, ...] | list[str], name: str) -> None
 
 
 def validate(s: ExperimentSpec) -> None:
-    """Raise SpecError naming the first invalid field (the model, dataset and pruner: `plugins.check_names`)."""
+    """Raise SpecError naming the first invalid field (the model, dataset, pruner and loss: `plugins.check_names`)."""
     _fraction(s.rate, "rate")
     if not isinstance(s.prune_output, bool):
         raise SpecError("prune-output", f"must be true or false, got {s.prune_output!r}")
