@@ -73,16 +73,19 @@ def simulated():
     return simulate(2000, seed=7)
 
 
+@pytest.mark.slow  # thousands of simulated races: seconds, not the fast lane's milliseconds
 def test_a_value_truly_within_the_tolerance_is_dropped_at_most_alpha_of_the_time(simulated):
     """2,000 races: the rate at which a value within 0.5 points of the true best is dropped stays ≤ α = 0.05."""
     assert simulated["within"] > 2 * 2000  # several candidates per race lie within the tolerance
     assert simulated["drop_rate"] <= racing.ALPHA, simulated
 
 
+@pytest.mark.slow  # thousands of simulated races: seconds, not the fast lane's milliseconds
 def test_racings_b_is_truly_worse_no_more_often_than_the_exhaustive_oracles_plus_alpha(simulated):
     assert simulated["racing_bad"] <= simulated["exhaustive_bad"] + racing.ALPHA, simulated
 
 
+@pytest.mark.slow  # thousands of simulated races: seconds, not the fast lane's milliseconds
 def test_the_mutation_without_a_margin_fails_the_simulation(monkeypatch):
     """The control: drop whenever the observed gap exceeds the tolerance (no pooled sd, no correction). The same
     simulation then drops values truly within the tolerance far more often than α, so the test above can fail."""
@@ -91,6 +94,7 @@ def test_the_mutation_without_a_margin_fails_the_simulation(monkeypatch):
     assert mutated["drop_rate"] > racing.ALPHA, mutated
 
 
+@pytest.mark.slow  # thousands of simulated races: seconds, not the fast lane's milliseconds
 def test_the_mutation_without_the_correction_across_looks_and_candidates_is_measured():
     """α' = α instead of α / ((K − 1)·S): the per-value error then is what one uncorrected test per look gives.
     Measured, not asserted against α: with three looks it may or may not exceed it; the corrected rule is the one
@@ -102,6 +106,7 @@ def test_the_mutation_without_the_correction_across_looks_and_candidates_is_meas
     assert rate >= simulate(400, seed=7)["drop_rate"]  # fewer corrections never drop less
 
 
+@pytest.mark.slow  # thousands of simulated races: seconds, not the fast lane's milliseconds
 def test_the_mutation_without_pooling_across_cycles_changes_nothing_it_should_not():
     """Without the prior pool the first round cannot drop anything (no degrees of freedom): the rule stays valid,
     it only trains more. The error rate stays ≤ α; this is the rule's fallback, not a failure mode."""
