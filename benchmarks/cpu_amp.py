@@ -2,20 +2,26 @@
 compared; plus the training step's speed in both precisions, measured in this run.
 
 Make the two runs first (same seeds, same data order; only the arithmetic differs), then compare them:
-    oracle-search oracle --no-amp --out runs/amp-fp32
-    oracle-search oracle --out runs/amp-bf16
-    python benchmarks/cpu_amp.py runs/amp-fp32 runs/amp-bf16
+    oracle-search oracle --precision fp32 --out runs/amp-fp32
+    oracle-search oracle --precision bf16 --out runs/amp-bf16
+    python benchmarks/cpu_amp.py runs/amp-fp32 runs/amp-bf16     # or: python benchmarks/cpu_amp.py --smoke
 
 Printed: per cycle, each run's b and "not shown worse" interval and whether each b lies inside the other run's interval;
 at cycle 0, where both runs start from the same initial weights, the paired differences in validation accuracy of
 every (seed, max_lr) that neither run diverged on; every later cycle's differences of the same (seed, max_lr) for
 scale (there the runs start from their own chained checkpoints, so these are not pairs); and the step time
 ratio of the §3.1 MLP on one thread.
+
+`--smoke` (no run folders): two small Oracle-shaped runs made here, fp32 and bf16 (the tiny preset, cycles 0 and
+1 of one epoch, its grid on two seeds, each cycle chaining the seed-mean best; not the pipeline's Oracle), then the
+comparison and a few timed steps, to check that the script runs (tests/test_benchmarks.py); its numbers mean
+nothing.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,16 +42,16 @@ from trainables.pruning import MaskedWeights, full_masks
 KEY = ["cycle", "seed", "max_lr"]
 
 
-def step_ms(amp: bool, steps: int = 400) -> float:
+def step_ms(amp: bool, steps: int = 400, warmup: int = 50) -> float:
     """Milliseconds per training step of the embedded default's MLP (batch 128) on one thread."""
-    spec = dataclasses.replace(PRESETS["mnist1d-mlp"].spec, amp=amp, device="cpu")
+    spec = dataclasses.replace(PRESETS["mnist1d-mlp"].spec, precision="bf16" if amp else "fp32", device="cpu")
     torch.manual_seed(0)
     model = build_model(spec.model, (40,), 10)
     masked = MaskedWeights(model, full_masks(model))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     x, y = torch.randn(spec.batch_size, 40), torch.randint(0, 10, (spec.batch_size,))
     cpu = torch.device("cpu")
-    for _ in range(50):
+    for _ in range(warmup):
         train_step(model, optimizer, masked, x, y, spec, cpu)
     start = time.perf_counter()
     for _ in range(steps):
@@ -59,12 +65,54 @@ def summary(d: pd.Series) -> str:
     return f"n = {n}, mean {mean:+.2f}, 95 % CI [{mean - half:+.2f}, {mean + half:+.2f}], sd {sd:.2f}"
 
 
+def smoke_runs(work: Path) -> tuple[Path, Path]:
+    """--smoke's two runs (fp32, bf16): the tiny preset's grid on two seeds at cycles 0 and 1 of one epoch, each
+    seed chaining the value with the best seed-mean validation accuracy, written as an Oracle's results table."""
+    from oracle_search.schema import write_results
+    from trainables.cycle import run_cycle
+
+    base = dataclasses.replace(PRESETS["tiny"].spec, device="cpu", cycles=1, epochs=1)
+    folders = []
+    for precision in ("fp32", "bf16"):
+        spec, out = dataclasses.replace(base, precision=precision), work / precision
+        rows, start = [], {0: None, 1: None}
+        for cycle in range(spec.cycles + 1):
+            trained = {(seed, lr): run_cycle(spec, cycle=cycle, max_lr=lr, seed=seed, start_checkpoint=begin,
+                                             checkpoint_dir=out / f"c{cycle}-s{seed}-{lr:g}")
+                       for seed, begin in start.items() for lr in spec.grid}
+            mean = {lr: np.mean([trained[s, lr].val_acc for s in start]) for lr in spec.grid
+                    if not any(trained[s, lr].diverged for s in start)}
+            best = max(mean, key=mean.get)
+            rows += [{**r.row(), "experiment": "smoke", "method": "oracle", "stage": "grid",
+                      "schedule": spec.schedule.name, "seed": seed, "selected": lr == best}
+                     for (seed, lr), r in trained.items()]
+            start = {s: trained[s, best].checkpoint for s in start}
+        write_results(out, rows)
+        folders.append(out)
+    return folders[0], folders[1]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("fp32", type=Path, help="the run made with --no-amp")
-    p.add_argument("bf16", type=Path, help="the run made with bf16 autocast (the default)")
+    p.add_argument("fp32", type=Path, nargs="?", help="the run made with --precision fp32")
+    p.add_argument("bf16", type=Path, nargs="?", help="the run made with bf16 autocast (--precision bf16)")
+    p.add_argument("--smoke", action="store_true", help="two small runs made here instead: does it run?")
     args = p.parse_args()
-    frames = {name: read_results(getattr(args, name)) for name in ("fp32", "bf16")}
+    if args.smoke == (args.fp32 is not None):
+        p.error("give the two run folders, or --smoke")
+    torch.set_num_threads(1)  # as a 1-CPU trial trains, and the step timing's setting
+    with tempfile.TemporaryDirectory() as work:
+        if args.smoke:
+            args.fp32, args.bf16 = smoke_runs(Path(work))
+        compare_runs(args.fp32, args.bf16)
+    steps, warmup = (20, 5) if args.smoke else (400, 50)
+    fp32, bf16 = step_ms(False, steps, warmup), step_ms(True, steps, warmup)
+    print(f"\nMLP training step, one thread, batch 128: float32 {fp32:.2f} ms, bf16 autocast {bf16:.2f} ms; "
+          f"fp32 / bf16 = {fp32 / bf16:.2f}")
+
+
+def compare_runs(fp32_run: Path, bf16_run: Path) -> None:
+    frames = {"fp32": read_results(fp32_run), "bf16": read_results(bf16_run)}
 
     chosen = {name: oracle_intervals(df).set_index("cycle") for name, df in frames.items()}
     a, b = chosen["fp32"], chosen["bf16"]
@@ -100,11 +148,6 @@ def main() -> None:
           f"{np.sqrt(2 * (seeds ** 2).mean()):.2f})")
     for c, d in diff[~first].groupby(finite.loc[~first, "cycle"]):
         print(f"cycle {c}, same (seed, max_lr), own starts: {summary(d)}")
-
-    torch.set_num_threads(1)
-    fp32, bf16 = step_ms(False), step_ms(True)
-    print(f"\nMLP training step, one thread, batch 128: float32 {fp32:.2f} ms, bf16 autocast {bf16:.2f} ms; "
-          f"fp32 / bf16 = {fp32 / bf16:.2f}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ validation samples (one resample for both networks of a pair) gives its evaluati
     python benchmarks/eval_noise.py --seeds 8 --num-samples 14000 --val-fraction 0.35 --test-fraction 0.15
 
 Prints one line per seed, then the variance shares and the rule's decision (evaluation noise above a quarter of
-the spread: enlarge the validation set)."""
+the spread: enlarge the validation set). `--smoke`: the smallest run (the tiny preset, 3 seeds, 100 resamples), to
+check that the script runs (tests/test_benchmarks.py); its numbers mean nothing."""
 from __future__ import annotations
 
 import argparse
@@ -49,7 +50,10 @@ def main() -> None:
     p.add_argument("--val-fraction", type=float)
     p.add_argument("--test-fraction", type=float)
     p.add_argument("--boot", type=int, default=2000)
+    p.add_argument("--smoke", action="store_true", help="the smallest run (tiny preset, 3 seeds): does it run?")
     args = p.parse_args()
+    if args.smoke:
+        args.preset, args.seeds, args.boot = "tiny", 3, 100
     torch.set_num_threads(1)
     changes = {k: v for k in ("num_samples", "val_fraction", "test_fraction") if (v := getattr(args, k)) is not None}
     spec = dataclasses.replace(PRESETS[args.preset].spec, device="cpu", **changes)

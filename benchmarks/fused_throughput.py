@@ -15,6 +15,8 @@ Fair by construction:
   counts once per candidate that trains on it.
 Prints ms per step and images/s of both paths and their ratio. Needs only torch and numpy.
 Usage (repo root): python benchmarks/fused_throughput.py [--quick] [--models resnet20,vgg19_bn] [--ks 1,4,8,16,32]
+`--smoke`: the smallest run (ResNet-20 on the CPU, K = 1, 2, one step of 4 images), to check that the script runs
+(tests/test_benchmarks.py); its numbers mean nothing. The last line is the last model's largest K.
 """
 from __future__ import annotations
 
@@ -103,7 +105,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, help="untimed steps per path (default 20; --quick: 5)")
     parser.add_argument("--repeats", type=int, default=3, help="timings per path; the median is reported")
     parser.add_argument("--quick", action="store_true", help="fewer steps, for a first look")
+    parser.add_argument("--smoke", action="store_true", help="the smallest run (CPU, ResNet-20, K = 1, 2, one "
+                        "step of 4 images): does it run?")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.device, args.models, args.ks, args.batch_size = "cpu", "resnet20", "1,2", 4
+        args.steps, args.warmup, args.repeats = 1, 1, 1
     if args.repeats < 1:
         parser.error("--repeats: at least 1")
 

@@ -5,7 +5,9 @@ that the network trained on `cuda` (the rows' `device`). Exit 0 when both hold, 
 
 --cpu: the degraded check on a machine without CUDA: Ray advertises one fake GPU, so the trial still gets a
 GPU id, and the rows must say `cpu` (trial_device falls back when CUDA is absent).
-Usage (repo root): python benchmarks/gpu_tune_trial.py [--cpu] [--k 4] [--per-file 100]
+--smoke: the smallest --cpu run (K = 2, 10 images per file), to check that the script runs
+(tests/test_benchmarks.py).
+Usage (repo root): python benchmarks/gpu_tune_trial.py [--cpu] [--k 4] [--per-file 100] [--smoke]
 """
 from __future__ import annotations
 
@@ -44,7 +46,11 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="no CUDA here: a fake Ray GPU, rows on the CPU")
     parser.add_argument("--k", type=int, default=4, help="candidates in the fused trial")
     parser.add_argument("--per-file", type=int, default=100, help="images per fake CIFAR-10 file (6 files)")
+    parser.add_argument("--smoke", action="store_true", help="the smallest --cpu run (K = 2, 10 images per "
+                        "file): does it run?")
     args = parser.parse_args()
+    if args.smoke:
+        args.cpu, args.k, args.per_file = True, 2, 10
 
     import ray
     from ray import tune

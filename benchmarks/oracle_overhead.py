@@ -2,7 +2,10 @@
 Ray start-up included) against one process running them one after another with `run_cycle` on one thread,
 chaining the same selections. Prints both wall times and the ratio Ray / in-process (target <= 1.0).
 
-Usage: python benchmarks/oracle_overhead.py [--preset digits-mlp] [--cycles 3] [--seeds 2] [--epochs N]
+Usage: python benchmarks/oracle_overhead.py [--preset digits-mlp] [--cycles 3] [--seeds 2] [--epochs N] [--smoke]
+
+`--smoke`: the smallest run (the tiny preset, cycles 0 and 1 of one epoch, one seed), to check that the script
+runs (tests/test_benchmarks.py); its numbers mean nothing, Ray's start-up dominates them.
 """
 from __future__ import annotations
 
@@ -69,7 +72,11 @@ def main() -> None:
     p.add_argument("--cycles", type=int, help="pruning cycles after the dense one (default: the preset's)")
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--epochs", type=int, help="epochs per cycle (default: the preset's)")
+    p.add_argument("--smoke", action="store_true", help="the smallest run (tiny preset, 2 cycles of 1 epoch, "
+                   "1 seed): does it run?")
     args = p.parse_args()
+    if args.smoke:
+        args.preset, args.cycles, args.seeds, args.epochs = "tiny", 1, 1, 1
     spec = PRESETS[args.preset].spec
     spec = dataclasses.replace(spec, cycles=args.cycles if args.cycles is not None else spec.cycles,
                                epochs=args.epochs or spec.epochs, resources=Resources(cpus_per_trial=1.0))

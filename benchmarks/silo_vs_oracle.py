@@ -4,6 +4,11 @@ Oracle's, and every method's last-cycle test accuracy (mean ± 95 % half-width o
 
 Reuses a finished comparison in --out (e.g. the main job's runs/mnist1d-mlp) and trains only what is missing,
 through the same pipeline the command line uses (compare's defaults).
+
+`--smoke`: the smallest comparison, the tiny preset with the test suite's options (tests/conftest.py's
+TINY_COMPARE: 2 tuning seeds, 1 refinement round, 3 silo_fit trials, 2 evaluation seeds), to check that the script
+runs (tests/test_benchmarks.py, on a copy of the suite's own tiny comparison, so nothing trains); its numbers mean
+nothing.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from pathlib import Path
 
 from analysis.tables import accuracy_stats, cost_table
 from analysis.select import final_rows
-from oracle_search.pipeline import CompareOptions, compare
+from oracle_search.pipeline import CompareOptions, FitOptions, OracleOptions, compare
 from trainables.presets import PRESETS
 from trainables.plugins import check_names
 
@@ -23,10 +28,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="mnist1d-mlp", choices=sorted(PRESETS))
     p.add_argument("--out", help="results folder (default: a temporary one)")
+    p.add_argument("--smoke", action="store_true", help="the smallest comparison (tiny preset): does it run?")
     args = p.parse_args()
+    options = CompareOptions()
+    if args.smoke:
+        args.preset = "tiny"
+        options = CompareOptions(oracle=OracleOptions(seeds=2, refine=1), fit=FitOptions(trials=3), eval_seeds=2)
     out = Path(args.out or tempfile.mkdtemp(prefix="silo-vs-oracle-"))
     started = time.perf_counter()
-    rows = compare(check_names(PRESETS[args.preset].spec), out, CompareOptions()).results
+    rows = compare(check_names(PRESETS[args.preset].spec), out, options).results
     cost = cost_table(rows).data.set_index("method")
     print(f"\npreset {args.preset}, results in {out} ({time.perf_counter() - started:.0f} s)")
     for method in ("silo_paper", "silo_fit"):

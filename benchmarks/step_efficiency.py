@@ -1,7 +1,7 @@
 """How close is the §3.1 MLP's training step to the matmuls it must do, and what does a training spend outside
 its training steps?
 
-    python benchmarks/step_efficiency.py [--repeats 7] [--preset mnist1d-mlp]
+    python benchmarks/step_efficiency.py [--repeats 7] [--preset mnist1d-mlp] [--smoke]
 
 1. The step. `run_cycle`'s own inner loop (batches drawn as a training draws them, the LR schedule, `train_step`
    with the masks of a pruned network) on ONE thread, against a bare loop of the same matmuls with `torch.mm`: per
@@ -18,7 +18,8 @@ its training steps?
 Times are this thread's CPU time (`time.thread_time`) for the step loops, so other processes on a busy machine
 do not count; the phases are wall-clock.
 
-The last line is `step / matmul = R` for the default precision (`auto` on this CPU).
+The last line is `step / matmul = R` for the default precision (`auto` on this CPU). `--smoke`: the smallest run
+(the tiny preset, one repeat), to check that the script runs (tests/test_benchmarks.py); its numbers mean nothing.
 """
 from __future__ import annotations
 
@@ -28,13 +29,14 @@ import math
 import statistics
 import tempfile
 import time
+from itertools import islice
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from trainables.cycle import make_optimizer, run_cycle, train_step
-from trainables.plugins import build_model, load_data
+from trainables.cycle import data_order, make_optimizer, run_cycle, train_step
+from trainables.plugins import build_model, load_data, resolve
 from trainables.precision import DTYPES, cpu_flags, resolve_precision
 from trainables.presets import PRESETS
 from trainables.pruning import MaskedWeights, full_masks, prune
@@ -80,8 +82,11 @@ class StepLoop:
         torch.manual_seed(0)
         self.model = build_model(spec.model, data.input_shape, data.num_classes)
         masks = full_masks(self.model)
-        if pruned:
-            masks = prune(self.model, masks, spec.rate, spec.pruner, lambda: iter(()), seed=0)
+        if pruned:  # as run_cycle prunes for cycle 1 (a pruner that scores on data gets the batches it would)
+            order = data_order(0, 1)
+            masks = prune(self.model, masks, spec.rate, resolve("pruner", spec.pruner),
+                          lambda: islice(data.batches("train", spec.batch_size, order), spec.score_batches), seed=0,
+                          prune_output=spec.prune_output)
         self.masked = MaskedWeights(self.model, masks)
         self.masked.apply()
         self.optimizer = make_optimizer(spec.optimizer, self.model.parameters(), 0.1)
@@ -144,7 +149,10 @@ def main() -> None:
     p.add_argument("--preset", default="mnist1d-mlp")
     p.add_argument("--repeats", type=int, default=7, help="interleaved epochs of each loop per precision")
     p.add_argument("--skip-overhead", action="store_true")
+    p.add_argument("--smoke", action="store_true", help="the smallest run (tiny preset, 1 repeat): does it run?")
     args = p.parse_args()
+    if args.smoke:
+        args.preset, args.repeats = "tiny", 1
     torch.set_num_threads(1)
     base = dataclasses.replace(PRESETS[args.preset].spec, device="cpu")
     auto = resolve_precision("auto", CPU)

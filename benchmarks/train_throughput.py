@@ -4,6 +4,8 @@ DataLoader path, measured in one run on synthetic random 32x32 images (throughpu
 Both paths run the project's training step (masked SGD; bf16 autocast and channels_last on CUDA), so the ratio
 isolates the data path. Usage (repo root; the package installed, or PYTHONPATH=.):
     python benchmarks/train_throughput.py [--models resnet20,alexnet] [--device cuda] [--compile]
+`--smoke`: the smallest run (ResNet-20 on the CPU, one step of 8 images, the DataLoader in this process), to
+check that the script runs (tests/test_benchmarks.py); its numbers mean nothing. The last line is the last model's.
 """
 from __future__ import annotations
 
@@ -109,7 +111,12 @@ def main() -> None:
     parser.add_argument("--images", type=int, help="synthetic training images (default: 10,000 on CUDA, 512 on CPU)")
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="DataLoader workers")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (both paths)")
+    parser.add_argument("--smoke", action="store_true", help="the smallest run (CPU, ResNet-20, one step of 8 "
+                        "images, no DataLoader workers): does it run?")
     args = parser.parse_args()
+    if args.smoke:
+        args.models, args.device, args.steps, args.batch_size, args.images, args.workers = (
+            "resnet20", "cpu", 1, 8, 32, 0)
 
     device = torch.device(args.device)
     cuda = device.type == "cuda"

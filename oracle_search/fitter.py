@@ -5,8 +5,9 @@ would ignore Optuna's pruner). Each Optuna trial's cycles run as Tune trials; se
 Study identity: the study is named from the experiment's fingerprint (every spec field that changes results, plus
 the seeds and the objective's cycle; never resources), so runs that differ by an override never share a study.
 
-Several drivers may share one study on PostgreSQL (`--study-storage`), **each with its own --out**: a driver holds
-a lock on its --out while it fits, and a second driver on the same --out stops at once (exit 2). Each --out's
+Several drivers may share one study on PostgreSQL (`--study-storage`), **each with its own --out**: every driver
+holds its --out's lock while it runs (oracle_search.lock), and a second driver on the same --out stops at once
+(exit 2). `fit_silo` here runs under the pipeline's lock and takes none of its own. Each --out's
 ledger and results then hold the trials its own driver trained; the study holds them all. A driver records a
 heartbeat for each trial it runs; a RUNNING trial whose heartbeat is stale belonged to a dead driver, and is failed
 and queued again with its parameters (any driver may take it; finished cycles in the taker's ledger are reused).
@@ -19,17 +20,14 @@ Contract for callers: `fit_silo` returns the study even when no trial completed 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import inspect
 import json
 import threading
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator
 
 import optuna
 from optuna.exceptions import ExperimentalWarning, UpdateFinishedTrialError
@@ -176,18 +174,6 @@ def recommended_start(spec: ExperimentSpec, oracle_dense_lr: float | None) -> di
             "q": 1, "beta": 5.0}
 
 
-@contextmanager
-def driver_lock(out: Path) -> Iterator[None]:
-    """Hold --out for one fitting driver; the lock dies with its process, so a killed driver leaves none."""
-    with open(out / "fit-silo.lock", "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SpecError("out", f"another fit-silo driver is running on {out}; give each driver its own --out "
-                            "(drivers share a study through --study-storage)") from None
-        yield
-
-
 class Heartbeats:
     """Records a heartbeat for every trial this driver runs, from a thread, while the trials train."""
 
@@ -294,15 +280,14 @@ def fit_silo(runner: Runner, seeds: list[int], n_trials: int, space: SearchSpace
     for a new one at once, instead of idling until its batch-mates finish. Trials other drivers run on the same
     study count toward `n_trials`."""
     spec, say = runner.spec, runner.progress.say
-    with driver_lock(runner.out):
-        storage = make_storage(runner.out, storage_url, heartbeat)
-        study = open_study(runner.out, spec, storage_url, seeds, target, storage)
-        heartbeats = Heartbeats(study, heartbeat)
-        try:
-            heartbeats.bind(storage)
-            _fit(runner, study, seeds, n_trials, space, parallel, target, oracle_dense_lr, heartbeats)
-        finally:
-            heartbeats.close()
+    storage = make_storage(runner.out, storage_url, heartbeat)
+    study = open_study(runner.out, spec, storage_url, seeds, target, storage)
+    heartbeats = Heartbeats(study, heartbeat)
+    try:
+        heartbeats.bind(storage)
+        _fit(runner, study, seeds, n_trials, space, parallel, target, oracle_dense_lr, heartbeats)
+    finally:
+        heartbeats.close()
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if complete:
         best = max(complete, key=lambda t: t.value)

@@ -7,6 +7,7 @@ Seeds: the Oracle, silo_paper's δ, the baselines' peaks and silo_fit are tuned 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -197,6 +198,20 @@ def _runner(spec: ExperimentSpec, out: Path, address: str | None, callbacks: lis
                   callbacks=logger_callbacks(callbacks, out, spec.preset), fuse=fuse_size(spec, fuse))
 
 
+def one_driver(command: str):
+    """Run the decorated driver (spec, out, ...) holding `out`'s lock (oracle_search.lock): a second driver on the
+    folder raises FolderBusy (exit 2) before anything is trained or written; a dead driver's lock is taken over."""
+    def wrap(driver):
+        @functools.wraps(driver)
+        def run(spec: ExperimentSpec, out: Path, *args, **kwargs):
+            from oracle_search.lock import holding
+
+            with holding(Path(out), f"oracle-search {command}"):
+                return driver(spec, out, *args, **kwargs)
+        return run
+    return wrap
+
+
 def _oracle(runner, options: OracleOptions):
     from oracle_search.oracle import run_oracle
 
@@ -238,6 +253,7 @@ def _write_estimate(runner, command: str, options, seconds_per_epoch: float | No
     runner.progress.say(f"estimate: {found.lines()[-1].removeprefix('estimate: ')}")
 
 
+@one_driver("oracle")
 def oracle(spec: ExperimentSpec, out: Path, options: OracleOptions = OracleOptions(),
            address: str | None = None, callbacks: list[str] | None = None,
            seconds_per_epoch: float | None = None) -> list:
@@ -290,6 +306,7 @@ def _fitted(study):
         return None
 
 
+@one_driver("fit-silo")
 def fit_silo(spec: ExperimentSpec, out: Path, options: FitOptions = FitOptions(), address: str | None = None,
              callbacks: list[str] | None = None):
     """Run (or extend) the silo_fit study; returns the Optuna study."""
@@ -317,6 +334,7 @@ def _silo_variants(runner, options: CompareOptions, study) -> dict:
     return variants
 
 
+@one_driver("baselines")
 def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOptions(),
               address: str | None = None, callbacks: list[str] | None = None) -> dict[str, float]:
     """Tune the benchmark schedules on the tuning seeds, then run them, silo_paper (if an Oracle ran here) and
@@ -336,6 +354,7 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
     return peaks
 
 
+@one_driver("compare")
 def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOptions(),
             address: str | None = None, callbacks: list[str] | None = None,
             seconds_per_epoch: float | None = None) -> CompareResult:

@@ -126,10 +126,12 @@ def make_cluster() -> Iterator:
 
 @pytest.fixture
 def one_thread() -> Iterator[None]:
-    """One torch thread, as a 1-CPU trial runs, so results do not depend on this machine's core count."""
+    """One torch thread, as a 1-CPU trial runs, so results do not depend on this machine's core count.
+    $ORACLE_SEARCH_TEST_THREADS overrides it, to run the float64 equivalence tests (test_fused.py) on another
+    thread count, whose parallel reductions sum in another order."""
     from trainables.cycle import torch_threads
 
-    with torch_threads(1):
+    with torch_threads(int(os.environ.get("ORACLE_SEARCH_TEST_THREADS", "1"))):
         yield
 
 

@@ -15,6 +15,11 @@ def test_compare_writes_results_and_report_and_resumes_after_sigkill(tiny_compar
     before = tiny_compare.before_kill
     assert any(name.startswith("oracle-") for name in before)
     assert tiny_compare.code == 0, tiny_compare.stdout[-2000:]
+    # the killed driver's lock (oracle_search.lock) was taken over, and the resuming driver said so first
+    assert tiny_compare.stdout.startswith(f"lock: took over {out} from oracle-search compare, pid "), \
+        tiny_compare.stdout[:500]
+    assert "which is no longer running (no such process on this host)" in tiny_compare.stdout.splitlines()[0]
+    assert not (out / "driver.lock").exists()  # released at the end
     for name, trial_id in before.items():  # finished before the kill: not trained again
         assert json.loads((out / "ledger" / name).read_text())["trial_id"] == trial_id
 

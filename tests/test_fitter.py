@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import optuna
@@ -12,6 +13,7 @@ import pytest
 from oracle_search import fitter
 from oracle_search.cli import main
 from oracle_search.fitter import SearchSpace, default_storage, open_study, recommended_start, study_name
+from oracle_search.lock import holding
 from trainables.presets import PRESETS
 from trainables.spec import Resources
 
@@ -161,12 +163,14 @@ def test_tpe_keeps_trials_in_flight_apart_with_constant_liar(tmp_path, monkeypat
 
 
 def test_a_second_driver_on_the_same_out_stops_with_exit_2(ray_local, tmp_path, capsys):
+    """The folder lock (oracle_search.lock, tests/test_lock.py) covers fit-silo as every driver."""
     out = tmp_path / "out"
-    out.mkdir()
-    with fitter.driver_lock(out):
+    with holding(out, "oracle-search compare"):
         assert main(["fit-silo", "--preset", "tiny", "--trials", "1", "--out", str(out)]) == 2
+        assert sorted(p.name for p in out.iterdir()) == ["driver.lock"]
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("oracle-search: error: out: another fit-silo driver")
+    assert len(err) == 1 and err[0].startswith(f"oracle-search: error: out: {out} is in use by another driver "
+                                               f"(oracle-search compare, pid {os.getpid()} on host ")
 
 
 TINY_FAST = ["--preset", "tiny", "--cycles", "1", "--epochs", "2"]
