@@ -182,8 +182,8 @@ class Race:
         return {v: float(d.mean()) for v, d in self._differences(lead).items() if v in self.alive}
 
     def look(self) -> None:
-        """Drop diverged candidates, then every candidate shown worse than the leader by more than the tolerance;
-        repeat while the leader changes (a drop never removes the leader, a divergence can)."""
+        """Drop diverged candidates, then, against the leader among those left, every candidate shown worse by more
+        than the tolerance (a drop never removes the leader, so one pass suffices)."""
         for v in self.alive:
             if self._diverged(v):
                 self.dropped[v] = "diverged"
