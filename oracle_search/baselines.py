@@ -5,11 +5,14 @@ over the tuning seeds. Final runs: cycles 0..L of every tuned method on evaluati
 all methods advancing one cycle at a time; their test accuracy fills the accuracy table."""
 from __future__ import annotations
 
+import pandas as pd
+
 from oracle_search.engine import Runner
 from oracle_search.oracle import chain_suffix, cycle_trial, grid_key
 from oracle_search.schema import BASELINES, Method, Stage
 from oracle_search.curve import Curve
-from oracle_search.racing import Race, Settings, run_races
+from oracle_search.racing import Pool, Race, Settings, pool_of, run_races
+from oracle_search.selection import dense_curve
 from trainables.schedules import SiloParams
 from trainables.spec import ExperimentSpec
 
@@ -32,10 +35,18 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], se
                racing: bool = False) -> dict[str, float]:
     """Each schedule's best peak LR on cycle 0 (seed-mean validation accuracy over values every seed trained; ties
     to the smaller LR). `racing`: one race per schedule, side by side (oracle_search.racing): a peak shown more than
-    0.5 points worse than that schedule's leader gets no more seeds."""
+    0.5 points worse than that schedule's leader gets no more seeds. Each race starts from the pool of the Oracle's
+    cycle-0 curve on the same seeds where this folder holds one: the same network from the same initialisation,
+    trained one cycle on the same seeds, differing only in the schedule's shape, so a paired difference's seed
+    noise is taken to be the same (docs/design.md, "Racing")."""
     spec = runner.spec
     if racing:
-        races = {name: Race(Settings(tuple(seeds), most_candidates=len(grid))) for name in schedules}
+        dense = dense_curve(pd.DataFrame(runner.ledger.rows()), seeds)
+        prior = pool_of(dense) if dense is not None else Pool()
+        if prior.df:
+            runner.progress.say(f"  baselines: racing from the Oracle's cycle-0 pool (sd {prior.sd:.2f} points, "
+                                f"{prior.df} df)")
+        races = {name: Race(Settings(tuple(seeds), most_candidates=len(grid)), prior) for name in schedules}
         for race in races.values():
             race.add(grid)
 
@@ -71,16 +82,19 @@ def peak_name(spec: ExperimentSpec, lr: float | None) -> str:
 
 
 def run_chains(runner: Runner, runs: dict[str, tuple[ExperimentSpec, float | None, dict]], seeds: list[int],
-               stage: Stage, last_cycle: int) -> dict[tuple[str, int], list[dict]]:
+               stage: Stage, last_cycle: int,
+               pairs: list[tuple[str, int]] | None = None) -> dict[tuple[str, int], list[dict]]:
     """Cycles 0..last_cycle for each named run and seed, all advancing one cycle at a time in parallel; a chain
-    that diverges stops. `runs` maps a name -> (spec, max_lr or None for SILO, tags). Returns each chain's rows."""
-    starts: dict[tuple[str, int], dict | None] = {(name, s): None for name in runs for s in seeds}
+    that diverges stops. `runs` maps a name -> (spec, max_lr or None for SILO, tags); `pairs`: only these
+    (name, seed) chains (default: every run on every seed). Returns each chain's rows."""
+    pairs = pairs if pairs is not None else [(name, s) for name in runs for s in seeds]
+    starts: dict[tuple[str, int], dict | None] = {pair: None for pair in pairs}
     chains: dict[tuple[str, int], list[dict]] = {k: [] for k in starts}
     for cycle in range(last_cycle + 1):
         trials = {(name, s): cycle_trial(
             spec, f"{tags['method']}-{stage.value}-{name}-c{cycle:02d}-s{s}-{peak_name(spec, lr)}"
                   f"{chain_suffix(starts[(name, s)])}", cycle, s, lr, starts[(name, s)], tags | {"stage": stage.value})
-            for name, (spec, lr, tags) in runs.items() for s in seeds if (name, s) in starts}
+            for (name, s) in starts for spec, lr, tags in [runs[name]]}
         if not trials:
             break
         rows = runner.run(list(trials.values()))

@@ -327,7 +327,7 @@ def _silo_variants(runner, options: CompareOptions, study) -> dict:
     if dense is None:
         runner.progress.say("silo_paper: no Oracle dense best in this folder; silo_paper is left out")
     elif (p := tune_silo_paper(runner, dense, list(runner.spec.grid), tuning_seeds(runner.spec, options.oracle.seeds),
-                               options.fit.target(runner.spec))) is not None:
+                               options.fit.target(runner.spec), racing=options.oracle.mode == "racing")) is not None:
         variants[Method.SILO_PAPER] = p
     if study is not None and (p := _fitted(study)) is not None:
         variants[Method.SILO_FIT] = p

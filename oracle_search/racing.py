@@ -210,6 +210,16 @@ class Race:
         return self.pool() + Pool(-self.prior.ss, -self.prior.df)
 
 
+def pool_of(curve: Curve) -> Pool:
+    """The pool a finished curve gives (`Race.pool` on its rows, no prior): residuals of each value's paired
+    difference to the leader, over values sharing at least two seeds with it, diverged trainings left out."""
+    race = Race(Settings(tuple(curve.seeds), most_candidates=max(len(curve.tried), 2)))
+    race.add(curve.tried)
+    race.rows = {(v, s): {"val_acc": curve.acc.loc[v, s], "diverged": curve.diverged.loc[v, s]}
+                 for v in curve.tried for s in curve.seeds if not math.isnan(curve.acc.loc[v, s])}
+    return race.pool()
+
+
 def _series(values: dict[float, float]) -> pd.Series:
     return pd.Series(values, dtype=float).sort_index()
 

@@ -174,7 +174,13 @@ def next_values(choice: Choice, grid: list[float], resolution: float = RESOLUTIO
     return sorted(v for v in new if all(abs(v / t - 1) > _EPS for t in values))
 
 
+def dense_curve(rows: pd.DataFrame, seeds: list[int] | None = None) -> Curve | None:
+    """The Oracle's cycle-0 curve (the unpruned network) on `seeds` (default: every seed), if it ran."""
+    rows = rows[(rows["method"] == "oracle") & (rows["cycle"] == 0)] if not rows.empty else rows
+    return Curve.from_rows(rows, seeds) if not rows.empty else None
+
+
 def dense_best(rows: pd.DataFrame) -> float | None:
     """The Oracle's seed-mean best at cycle 0 (the paper's "tuned LR" of the unpruned network), if it ran."""
-    rows = rows[(rows["method"] == "oracle") & (rows["cycle"] == 0)]
-    return Curve.from_rows(rows).best if not rows.empty else None
+    curve = dense_curve(rows)
+    return curve.best if curve is not None else None

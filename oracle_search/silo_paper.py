@@ -32,6 +32,7 @@ from oracle_search.oracle import grid_key
 from oracle_search.schema import Method, Stage
 from trainables.atomic import atomic_write_json
 from oracle_search.curve import Curve, lr_key
+from oracle_search.racing import Race, Settings, run_race
 from oracle_search.selection import RESOLUTION
 from trainables.schedules import SiloParams
 
@@ -104,6 +105,8 @@ class DeltaSearch:
     is_bracketed: bool
     open: str | None  # why δ is not bracketed
     rounds: int
+    trained_on: dict[float, int]  # δ -> how many seeds trained it (fewer than all: dropped by the racing rule)
+    dropped: dict[float, str]  # δ -> why the racing rule dropped it
 
     def record(self) -> dict:
         trained = sorted(self.scores)
@@ -112,63 +115,92 @@ class DeltaSearch:
                 "delta_range": [self.range[0], self.range[-1]], "delta_candidates": trained, "delta": self.delta,
                 "delta_bracketed": self.is_bracketed, "delta_open": self.open, "rounds": self.rounds,
                 "candidates": [{"delta": d, "top": lr_key(self.epsilon + d), "val_acc": self.scores[d],
-                                "diverged": self.scores[d] is None} for d in trained]}
+                                "diverged": self.scores[d] is None, "seeds_trained": self.trained_on[d],
+                                "dropped": self.dropped.get(d)} for d in trained]}
 
 
-def _train(runner: Runner, epsilon: float, deltas: list[float], seeds: list[int], target: int) -> list[dict]:
-    """Each δ's chains on every seed through the target cycle, as curve rows indexed by δ (`max_lr` holds δ):
-    the validation accuracy at the target cycle, diverged when a chain diverged before or at it."""
-    params = {d: SiloParams(epsilon=epsilon, delta=d, q=PAPER_Q, beta=PAPER_BETA) for d in deltas}
+def _train(runner: Runner, epsilon: float, pairs: list[tuple[float, int]], target: int) -> dict[tuple[float, int], dict]:
+    """Each (δ, seed) chain through the target cycle, as a curve row by pair (`max_lr` holds δ): the validation
+    accuracy at the target cycle, diverged when the chain diverged before or at it."""
+    params = {d: SiloParams(epsilon=epsilon, delta=d, q=PAPER_Q, beta=PAPER_BETA) for d in dict.fromkeys(d for d, _ in pairs)}
     runs = {f"d{grid_key(d)}": (silo_spec(runner.spec, p), None, silo_tags(Method.SILO_PAPER, p, Stage.TUNE))
             for d, p in params.items()}
-    chains = run_chains(runner, runs, seeds, Stage.TUNE, last_cycle=target)
-    return [{"max_lr": d, "seed": s, "val_acc": end["val_acc"],
-             "diverged": bool(end["diverged"]) or end["cycle"] != target}
-            for d in deltas for s in seeds for end in [chains[(f"d{grid_key(d)}", s)][-1]]]
+    chains = run_chains(runner, runs, [], Stage.TUNE, last_cycle=target,
+                        pairs=[(f"d{grid_key(d)}", s) for d, s in pairs])
+    return {(d, s): {"max_lr": d, "seed": s, "val_acc": end["val_acc"],
+                     "diverged": bool(end["diverged"]) or end["cycle"] != target}
+            for d, s in pairs for end in [chains[(f"d{grid_key(d)}", s)][-1]]}
+
+
+def _refinement(coarse: list[float], target: int):
+    """The δ values the next round adds, given the curve so far (module docstring); none when the target cycle
+    cannot tell δ values apart or every δ diverged. Values the racing rule dropped count as tried neighbours."""
+    def new_deltas(curve: Curve) -> list[float]:
+        if target <= PAPER_Q or curve.best is None:
+            return []
+        return next_deltas(curve.best, curve.tried, coarse)[0]
+    return new_deltas
+
+
+def _why_stopped(curve: Curve, coarse: list[float], target: int, rounds: int, done: int) -> str | None:
+    """Why δ is not bracketed (None when it is)."""
+    if curve.best is None:
+        return "every δ diverged"
+    if target <= PAPER_Q:
+        return f"the target cycle {target} is at most q = {PAPER_Q}: every δ trains alike there"
+    new, ends = next_deltas(curve.best, curve.tried, coarse)
+    if not new:
+        ends = [{"below": "bottom", "above": "top"}[side] for side in ends]
+        return None if bracketed(curve.best, curve.tried) else f"δ sits at the {' and '.join(ends)} of its range"
+    return f"{rounds} refinement rounds spent"
 
 
 def search_delta(runner: Runner, epsilon: float, grid: list[float], seeds: list[int],
-                 target: int, rounds: int = ROUNDS) -> DeltaSearch:
-    """Train the first δ candidates, then refine around the winner until it is bracketed (module docstring)."""
-    coarse = delta_range(epsilon, grid)
-    rows = _train(runner, epsilon, delta_grid(epsilon, grid), seeds, target)
-    done = 0
-    while True:
-        curve = Curve.from_rows(rows)
-        winner, trained = curve.best, curve.trained
-        if winner is None:
-            why = "every δ diverged"
-            break
-        if target <= PAPER_Q:
-            why = f"the target cycle {target} is at most q = {PAPER_Q}: every δ trains alike there"
-            break
-        new, ends = next_deltas(winner, trained, coarse)
-        if not new:
-            ends = [{"below": "bottom", "above": "top"}[side] for side in ends]
-            why = None if bracketed(winner, trained) else f"δ sits at the {' and '.join(ends)} of its range"
-            break
-        if done >= rounds:
-            why = f"{rounds} refinement rounds spent"
-            break
-        done += 1
-        runner.progress.say(f"silo_paper: δ = {winner:.4g} is best so far; refining with "
-                            f"{', '.join(f'{d:.4g}' for d in new)}")
-        rows += _train(runner, epsilon, new, seeds, target)
+                 target: int, rounds: int = ROUNDS, racing: bool = False) -> DeltaSearch:
+    """Train the first δ candidates, then refine around the winner until it is bracketed (module docstring).
+    `racing`: the candidates race on the seeds (oracle_search.racing); a δ shown more than 0.5 points worse
+    than the leader at the target cycle gets no more seeds, and still counts as a tried neighbour."""
+    coarse, refine = delta_range(epsilon, grid), _refinement(delta_range(epsilon, grid), target)
+    first = delta_grid(epsilon, grid)
+    dropped: dict[float, str] = {}
+    def refine_and_say(curve: Curve) -> list[float]:
+        if new := refine(curve):
+            runner.progress.say(f"silo_paper: δ = {curve.best:.4g} is best so far; refining with "
+                                f"{', '.join(f'{d:.4g}' for d in new)}")
+        return new
+
+    if racing:
+        race = Race(Settings(tuple(seeds), most_candidates=len(first) + 2 * rounds))
+        race.add(first)
+        done = run_race(race, lambda pairs: _train(runner, epsilon, pairs, target), runner.slots(),
+                        refine_and_say, rounds)
+        curve, dropped = race.curve(), dict(race.dropped)
+    else:
+        rows = list(_train(runner, epsilon, [(d, s) for d in first for s in seeds], target).values())
+        done = 0
+        while done < rounds and (new := refine_and_say(curve := Curve.from_rows(rows, seeds))):
+            done += 1
+            rows += _train(runner, epsilon, [(d, s) for d in new for s in seeds], target).values()
+        curve = Curve.from_rows(rows, seeds)
+    why = _why_stopped(curve, coarse, target, rounds, done)
     dead = curve.diverged.any(axis=1)
     scores = {float(d): None if dead[d] else float(m) for d, m in curve.mean().items()}
     return DeltaSearch(epsilon=epsilon, target_cycle=target, seeds=list(seeds), range=coarse, scores=scores,
-                       delta=winner, is_bracketed=why is None, open=why, rounds=done)
+                       delta=curve.best, is_bracketed=why is None, open=why, rounds=done,
+                       trained_on={float(d): int(n) for d, n in curve.acc.count(axis=1).items()}, dropped=dropped)
 
 
 def tune_silo_paper(runner: Runner, epsilon: float, grid: list[float], seeds: list[int],
-                    target: int, rounds: int = ROUNDS) -> SiloParams | None:
+                    target: int, rounds: int = ROUNDS, racing: bool = False) -> SiloParams | None:
     """The paper's SILO with δ bracketed at cycle `target`; writes DIR/silo_paper.json. None when every δ
-    diverged."""
+    diverged. `racing`: δ values race on the seeds (`search_delta`)."""
     first = delta_grid(epsilon, grid)
     runner.progress.say(f"silo_paper: ε = {epsilon:.4g} (the Oracle's dense best), q = {PAPER_Q}, β = {PAPER_BETA:g}; "
                         f"δ from {', '.join(f'{d:.4g}' for d in first)} at cycle {target} on {len(seeds)} seed(s), "
-                        f"refined until its neighbours lie within ×{BRACKET:g}")
-    found = search_delta(runner, epsilon, grid, seeds, target, rounds)
+                        f"refined until its neighbours lie within ×{BRACKET:g}{', racing' * racing}")
+    found = search_delta(runner, epsilon, grid, seeds, target, rounds, racing)
+    for d, why in found.dropped.items():
+        runner.progress.say(f"silo_paper: δ = {d:.4g} dropped after {found.trained_on[d]} seed(s): {why}")
     atomic_write_json(runner.out / RECORD, found.record())
     if found.delta is None:
         runner.progress.say("silo_paper: every δ diverged; silo_paper is left out")

@@ -65,6 +65,51 @@ def test_bracketed_needs_a_trained_neighbour_within_x1_25_on_both_sides():
     assert not next_deltas(0.05, [0.04, 0.05, 0.0625], [0.01, 0.1])[0]  # and nothing more is trained
 
 
+# --- racing (trainings answered from a table worked out by hand) ------------------------------------------------
+
+class _Slots:
+    progress = Progress(io.StringIO())
+
+    def slots(self) -> int:
+        return 1
+
+
+def test_racing_drops_a_far_delta_early_and_chooses_the_exhaustive_delta(monkeypatch):
+    """ε = 0.16 on the MNIST grid: first δ 0.16, 0.48, 1.12, then midpoints around the winner. Accuracy at the
+    target: 82 − 12·ln(δ/0.16)² plus seed effects (+0.3, −0.3, 0) and a per-δ wobble of ±0.2, so the pool has
+    spread. The first three δ get every seed: after round 2 the pool has 2 df and t(1 − 0.05/(18·3), 2) ≈ 23
+    makes the margin wider than any gap. The first refinement round's 0.08 (5.8 points behind) and 0.277 (3.6
+    behind) are dropped after their second seed (the pool then has 6 df); the search ends at the δ the
+    exhaustive search finds, bracketed, having trained fewer chains."""
+    from oracle_search import silo_paper
+
+    def acc(d: float, s: int) -> float:
+        peak = 82 - 12 * math.log(d / 0.16) ** 2
+        return peak + {0: 0.3, 1: -0.3, 2: 0.0}[s] + (0.2 if (s + round(d * 1000)) % 2 else -0.2)
+
+    asked: list[tuple[float, int]] = []
+
+    def train(runner, epsilon, pairs, target):
+        asked.extend(pairs)
+        return {(d, s): {"max_lr": d, "seed": s, "val_acc": acc(d, s), "diverged": False} for d, s in pairs}
+
+    monkeypatch.setattr(silo_paper, "_train", train)
+    exhaustive = silo_paper.search_delta(_Slots(), 0.16, MNIST_GRID, [0, 1, 2], target=6)
+    n_exhaustive = len(asked)
+    asked.clear()
+    raced = silo_paper.search_delta(_Slots(), 0.16, MNIST_GRID, [0, 1, 2], target=6, racing=True)
+    assert raced.delta == exhaustive.delta == pytest.approx(0.16)
+    assert raced.is_bracketed and exhaustive.is_bracketed
+    assert set(exhaustive.trained_on.values()) == {3} and exhaustive.dropped == {}
+    assert {d: n for d, n in raced.trained_on.items() if n < 3} == {0.08: 2, 0.277128: 2}
+    assert {0.08, 0.277128} <= set(raced.dropped)
+    assert sorted(raced.scores) == sorted(exhaustive.scores)  # the same δ were tried
+    assert len(asked) == n_exhaustive - 2
+    record = raced.record()
+    assert {c["delta"]: c["seeds_trained"] for c in record["candidates"]}[0.08] == 2
+    assert {c["delta"]: c["dropped"] for c in record["candidates"]}[0.16] is None
+
+
 # --- a real run ---------------------------------------------------------------------------------------------------
 
 def _refinable(d: float, others: list[float], coarse: list[float]) -> bool:
