@@ -12,10 +12,14 @@ Oracle rows racing used, RUN's chained rows that carry each seed to the next cyc
 non-Oracle row of RUN, all unchanged), and `report.md` with `tables/verdict.csv` computed from those rows alone.
 RUN's chained rows complete RUN's b on every seed, so where racing's b differs (`replay.csv` says where), the
 replay's report, which takes b among complete values, may still show RUN's.
-With `slots`, the simulated wall time of both plans on that many slots, from each row's measured seconds.
+With `slots`, the simulated wall time of both plans on that many slots, from each row's measured seconds: the
+exhaustive driver's batches, each waiting for its slowest training, and the racing driver's stream, which tops up
+a slot as soon as it frees (`Clock`); the racing plan's speculative trainings are counted.
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -64,6 +68,38 @@ def makespan(batches: list[list[float]], slots: int) -> tuple[float, float]:
     return wall, busy / (slots * wall) if wall else math.nan
 
 
+class Clock:
+    """The racing driver's stream on a virtual clock: a racing `Trainer` that answers each training from RUN's table
+    (`table`, set per cycle) and runs it, once a slot of `slots` is free, for its row's measured seconds."""
+
+    def __init__(self, slots: int):
+        self.slots, self.table = slots, {}
+        self.now = self.busy = 0.0
+        self.queue: list = []  # (item, row) waiting for a slot
+        self.running: list = []  # heap of (end, tie, item, row)
+        self.tie = itertools.count()
+
+    def start(self, items: list) -> None:
+        self.queue += [(item, self.table.get(item[1])) for item in items]
+        self._fill()
+
+    def _fill(self) -> None:
+        while self.queue and len(self.running) < self.slots:
+            item, row = self.queue.pop(0)
+            seconds = float(row["seconds"]) if row is not None else 0.0  # unanswered: takes no slot time
+            self.busy += seconds
+            heapq.heappush(self.running, (self.now + seconds, next(self.tie), item, row))
+
+    def wait(self) -> dict:
+        self.now = self.running[0][0]
+        got = {}
+        while self.running and self.running[0][0] <= self.now:
+            _, _, item, row = heapq.heappop(self.running)
+            got[item] = row
+        self._fill()
+        return got
+
+
 def _exhaustive_batches(table: dict[Pair, dict], values: list[float], seeds: list[int], grid: list[float],
                         refine: int) -> list[list[float]]:
     """The batches RUN's exhaustive driver ran at one cycle, rebuilt by replaying its loop on the table."""
@@ -97,6 +133,7 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
     width = slots or 1
 
     records, used, batches = [], [], {"exhaustive": [], "racing": []}
+    clock = Clock(width)
     pool, inside, previous, dense = Pool(), 0, None, None
     for m in range(last + 1):
         at = oracle[oracle["cycle"] == m]
@@ -106,12 +143,8 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
         race = Race(race_settings(seeds, values, racing_refine), pool)
         race.add(values)
 
-        def train(pairs: list[Pair]) -> dict[Pair, dict]:
-            got = {p: table[p] for p in pairs if p in table}
-            batches["racing"].append([float(r["seconds"]) for r in got.values()])
-            return got
-
-        run_race(race, train, width, refinement(grid), racing_refine)
+        clock.table = table
+        run_race(race, clock, width, refinement(grid), racing_refine)
         pool = pool + race.final_pool()
         racing = choose(race.curve())
         chained = at[at["selected"].astype(bool)]  # RUN's chain: each seed's start at the next cycle
@@ -149,7 +182,13 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
     mine, theirs = analyse(rows).verdict, analyse(df).verdict
     labels = theirs.set_index(["schedule", "versus"])["verdict"]
     ours = mine.set_index(["schedule", "versus"])["verdict"].reindex(labels.index)
-    wall = ({plan: makespan(b, slots) for plan, b in batches.items()} if slots else None)
+    wall = None
+    if slots:
+        after = makespan(batches["racing"], slots)[0]  # the completions, after the races
+        racing_wall = clock.now + after
+        busy = clock.busy + sum(map(sum, batches["racing"]))
+        wall = {"exhaustive": makespan(batches["exhaustive"], slots),
+                "racing": (racing_wall, busy / (slots * racing_wall) if racing_wall else math.nan)}
     result = Replay(cycles, rows, inside, int((ours == labels).sum()), len(labels), wall)
     _write(result, out, run)
     return result

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from oracle_search.engine import Runner
-from oracle_search.oracle import chain_suffix, cycle_trial, grid_key
+from oracle_search.oracle import Streaming, chain_suffix, cycle_trial, grid_key
 from oracle_search.schema import BASELINES, Method, Stage
 from oracle_search.curve import Curve
 from oracle_search.racing import Pool, Race, Settings, pool_of, run_races
@@ -50,12 +50,7 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], se
         for race in races.values():
             race.add(grid)
 
-        def train(batch):
-            trials = {(name, pair): tune_trial(spec, name, *pair) for name, pair in batch}
-            got = runner.run(list(trials.values()))
-            return {key: got[t.key] for key, t in trials.items() if t.key in got}
-
-        run_races(races, train, runner.slots())
+        run_races(races, Streaming(runner, lambda name, pair: tune_trial(spec, name, *pair)), runner.slots())
         curves = {name: race.curve() for name, race in races.items()}
     else:
         trials = [tune_trial(spec, name, lr, seed) for name in schedules for lr in grid for seed in seeds]

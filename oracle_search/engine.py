@@ -64,6 +64,19 @@ class Training:
                 "start_checkpoint": self.start_checkpoint, "key": self.key}
 
 
+@dataclass
+class Started:
+    """Trials handed to the experiment by `Runner.start`: the rows already known (ledger hits, reused trainings),
+    the trials training now, the later trials of a training this batch runs (`twins`), and the Tune trial keys
+    still running."""
+
+    trials: list[Training]
+    rows: dict[str, dict]
+    todo: list[Training]
+    twins: list[Training]
+    waiting: set[str]
+
+
 class Ledger:
     def __init__(self, out: Path):
         self.dir = out / "ledger"
@@ -513,6 +526,7 @@ class Runner:
         self._done = threading.Condition()
         self._finished: dict[str, dict] = {}
         self._failed: dict[str, str] = {}  # key -> the last line of its error
+        self._news = 0  # trials finished or failed so far (`wait_for_news`)
         self._by_key: dict[str, Training] = {}
         self._tune_error: BaseException | None = None
         self._trainings: dict[str, dict] | None = None
@@ -531,6 +545,21 @@ class Runner:
         A trial whose training an earlier row already did (the same `training` tag, e.g. the LR-warmup baseline's
         cycle-0 tuning and the Oracle's cycle-0 grid) is not trained again: that row is copied under the trial's
         key and tags, marked `reused`."""
+        started = self.start(trials)
+        with self._done:
+            while not started.waiting <= (self._finished.keys() | self._failed):
+                if not self._thread.is_alive():
+                    break
+                self._done.wait(timeout=1.0)
+        rows = self.ready(started, partial=False)
+        missing = [t.key for t in trials if t.key not in rows]
+        if missing:
+            raise self._failure(missing)
+        return rows
+
+    def start(self, trials: list[Training]) -> "Started":
+        """Hand `trials` to the experiment and return at once (`run` without the wait); `ready` gives their rows
+        as they finish."""
         rows = {t.key: row for t in trials if (row := self._hit(t)) is not None}
         rows |= self._reuse([t for t in trials if t.key not in rows])
         todo, twins = [], []  # twins: a later trial of a training this batch already runs
@@ -540,6 +569,7 @@ class Runner:
             (twins if training and training in leaders else todo).append(t)
             if training:
                 leaders.add(training)
+        waiting: set[str] = set()
         if todo:
             self._check_starts(todo)
             self._start()
@@ -547,21 +577,33 @@ class Runner:
             configs = self._configs(todo)
             self._queue.put(configs)
             waiting = {c["key"] for c in configs}  # a fused trial's key stands for its candidates
-            with self._done:
-                while not waiting <= (self._finished.keys() | self._failed):
-                    if not self._thread.is_alive():
-                        break
-                    self._done.wait(timeout=1.0)
-            rows.update({t.key: self._finished[t.key] for t in todo if t.key in self._finished})
-        if twins:
-            rows |= self._reuse(twins)
-        missing = [t.key for t in trials if t.key not in rows]
-        if missing:
-            cause = f" ({self._tune_error})" if self._tune_error else ""
-            first = missing[0] + (f": {self._failed[missing[0]]}" if missing[0] in self._failed else "")
-            raise RunFailed(f"{len(missing)} trial(s) failed after {self.max_failures} retries{cause} "
-                            f"(first: {first}); finished trials are kept, rerun the command to resume")
+        return Started(trials, rows, todo, twins, waiting)
+
+    def ready(self, started: "Started", partial: bool = True) -> dict[str, dict]:
+        """The rows of `started`'s trials finished so far, without waiting. With `partial`, a trial that failed
+        for good (or an experiment that ended) raises RunFailed now, naming it."""
+        with self._done:
+            rows = dict(started.rows) | {t.key: self._finished[t.key] for t in started.todo if t.key in self._finished}
+            failed = [k for k in started.waiting if k in self._failed]
+            ended = self._thread is None or not self._thread.is_alive()
+        if started.twins:
+            rows |= self._reuse([t for t in started.twins if t.key not in rows])
+        if partial and (failed or (ended and len(rows) < len(started.trials))):
+            raise self._failure(failed or [t.key for t in started.trials if t.key not in rows])
         return rows
+
+    def wait_for_news(self, seen: int, timeout: float = 1.0) -> int:
+        """Block until a trial finishes or fails after the count `seen` (or `timeout` passes); the new count."""
+        with self._done:
+            if self._news == seen:
+                self._done.wait(timeout=timeout)
+            return self._news
+
+    def _failure(self, missing: list[str]) -> RunFailed:
+        cause = f" ({self._tune_error})" if self._tune_error else ""
+        first = missing[0] + (f": {self._failed[missing[0]]}" if missing[0] in self._failed else "")
+        return RunFailed(f"{len(missing)} trial(s) failed after {self.max_failures} retries{cause} "
+                         f"(first: {first}); finished trials are kept, rerun the command to resume")
 
     def _check_starts(self, trials: list[Training]) -> None:
         """Check each start checkpoint this machine can read once, before any trial starts from it: a corrupt one
@@ -686,6 +728,7 @@ class Runner:
         with self._done:
             if key not in self._finished:  # a fused trial's own key stands for its candidates' rows
                 self._finished[key] = {"key": key, "fused_keys": [m["key"] for m in result["fused_rows"]]}
+            self._news += 1
             self._done.notify_all()
 
     def _retry(self, config: dict, why: str) -> None:
@@ -697,11 +740,13 @@ class Runner:
             return
         with self._done:
             self._failed[config["key"]] = why
+            self._news += 1
             self._done.notify_all()
 
     def _fail(self, trial) -> None:
         with self._done:
             self._failed[trial.config["trial"]["key"]] = last_error_line(trial)
+            self._news += 1
             self._done.notify_all()
 
     def _start(self) -> None:
@@ -738,6 +783,7 @@ class Runner:
                 self._tune_error = err
             finally:
                 with self._done:
+                    self._news += 1
                     self._done.notify_all()
 
         self._queue, self._abort = queue, abort

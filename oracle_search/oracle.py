@@ -12,8 +12,9 @@ every seed trained, keeps its definition."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Hashable
 
-from oracle_search.engine import Runner, Training
+from oracle_search.engine import Runner, Started, Training
 from oracle_search.racing import RACING_REFINE, Pool, Race, race_settings, refinement, run_race
 from oracle_search.schema import Method, Stage
 from oracle_search.selection import Choice, Curve, bracket, choose, lr_key, next_values
@@ -91,6 +92,36 @@ def earlier_rows(runner: Runner, cycle: int, starts: dict[int, dict | None]) -> 
     return mine
 
 
+class Streaming:
+    """A racing `Trainer` (oracle_search.racing) on the Runner's long-lived experiment: items start without
+    waiting, and `wait` returns as soon as one finishes, so `run_races` tops up the freed slot at once.
+    `trial_of` names the trial an item trains."""
+
+    def __init__(self, runner: Runner, trial_of: Callable[[Hashable, tuple[float, int]], Training]):
+        self.runner, self.trial_of = runner, trial_of
+        self.started: list[tuple[dict, Started]] = []  # (item -> trial, what Runner.start returned)
+        self.news = 0
+
+    def start(self, items: list) -> None:
+        if items:
+            trials = {item: self.trial_of(*item) for item in items}
+            self.started.append((trials, self.runner.start(list(trials.values()))))
+
+    def wait(self) -> dict:
+        while True:
+            got, left = {}, []
+            for trials, started in self.started:
+                rows = self.runner.ready(started)
+                got |= {item: rows[t.key] for item, t in trials.items() if t.key in rows}
+                rest = {item: t for item, t in trials.items() if t.key not in rows}
+                if rest:
+                    left.append((rest, started))
+            self.started = left
+            if got or not left:
+                return got
+            self.news = self.runner.wait_for_news(self.news)
+
+
 def _race(runner: Runner, cycle: int, seeds: list[int], starts: dict[int, dict | None], values: list[float],
           grid: list[float], refine: int, prior: Pool) -> tuple[dict[str, dict], Race, int]:
     """One cycle raced: its rows by key, the race, and the refinement rounds used."""
@@ -98,13 +129,11 @@ def _race(runner: Runner, cycle: int, seeds: list[int], starts: dict[int, dict |
     race.add(values)
     first = set(race.candidates)
 
-    def train(pairs):
-        trials = {(v, s): oracle_trial(runner, cycle, s, v, starts[s], Stage.GRID if v in first else Stage.REFINE)
-                  for v, s in pairs}
-        got = runner.run(list(trials.values()))
-        return {pair: got[t.key] for pair, t in trials.items() if t.key in got}
+    def trial(_, pair: tuple[float, int]) -> Training:
+        v, s = pair
+        return oracle_trial(runner, cycle, s, v, starts[s], Stage.GRID if v in first else Stage.REFINE)
 
-    rounds = run_race(race, train, runner.slots(), refinement(grid), refine)
+    rounds = run_race(race, Streaming(runner, trial), runner.slots(), refinement(grid), refine)
     return {row["key"]: row for row in race.rows.values()}, race, rounds
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable
+from typing import Callable, Hashable, Iterable, Protocol
 
 import numpy as np
 import pandas as pd
@@ -106,13 +106,13 @@ class Race:
         """The next round: each candidate still in the race gets its next seed."""
         return [(v, seeds[0]) for v in self.alive if (seeds := self._next_seeds(v))]
 
-    def ahead(self, n: int) -> list[Pair]:
+    def ahead(self, n: int, exclude: set[Pair] = frozenset()) -> list[Pair]:
         """Up to `n` trainings beyond the round, most likely needed first: the leader's next seeds, then those of
-        the candidates closest to it (they are the ones the race keeps). Free slots run these instead of idling;
-        their rows count like any other."""
+        the candidates closest to it (they are the ones the race keeps), none of them in `exclude` (already
+        started). Free slots run these instead of idling; their rows count like any other."""
         if n <= 0:
             return []
-        round_ = set(self.needed())
+        round_ = set(self.needed()) | set(exclude)
         lead = self.leader()
         gap = self.gaps()
         order = sorted(self.alive, key=lambda v: (v != lead, gap.get(v, math.inf), v))
@@ -240,38 +240,99 @@ def refinement(grid: list[float]):
 
 
 Train = Callable[[list[Pair]], dict[Pair, dict]]
+Item = tuple[Hashable, Pair]  # (race key, (value, seed))
 
 
-def run_races(races: dict[Hashable, Race], train: Callable[[list[tuple[Hashable, Pair]]], dict], slots: int = 1,
+class Trainer(Protocol):
+    """Trainings started without waiting: `start` hands items over; `wait` blocks until at least one started item
+    finished and returns every item finished since the last call, with its row (None: it cannot be had)."""
+
+    def start(self, items: list[Item]) -> None: ...
+
+    def wait(self) -> dict[Item, dict | None]: ...
+
+
+class Batches:
+    """A `Trainer` from a function that trains a list of items and returns the rows it could get by item: `wait`
+    trains everything started since the last call as one batch (replay, and the δ search's chains)."""
+
+    def __init__(self, train: Callable[[list[Item]], dict[Item, dict]]):
+        self.train, self.pending = train, []
+
+    def start(self, items: list[Item]) -> None:
+        self.pending += items
+
+    def wait(self) -> dict[Item, dict | None]:
+        batch, self.pending = self.pending, []
+        got = self.train(batch)
+        return {item: got.get(item) for item in batch}
+
+
+def run_races(races: dict[Hashable, Race], train: Trainer | Callable[[list[Item]], dict], slots: int = 1,
               refine: Callable[[Curve], list[float]] | None = None, rounds: int = 0) -> dict[Hashable, int]:
-    """Run several races side by side, each round one batch: every race's next round, and free slots filled with
-    the trainings each race will most likely need next (`Race.ahead`). A race whose candidates all have every seed
-    gets refinement values from `refine` (given its curve, the values to add, as `selection.next_values` chooses
-    them) for at most `rounds` rounds. `train` takes (race key, (value, seed)) pairs and returns the rows it could
-    get by pair; a pair it could not answer is forgotten. Returns each race's refinement rounds."""
+    """Run several races side by side in rounds: every race's next round is started at once, and while the round
+    waits on its slowest training, each free slot runs the training the races will most likely need next
+    (`Race.ahead`: the leader's next seeds, then the close candidates'); those are kept and counted. The rule
+    looks once per round, on every row finished by then. A race whose candidates all have every seed gets
+    refinement values from `refine` (given its curve, the values to add, as `selection.next_values` chooses them)
+    for at most `rounds` rounds. `train` is a `Trainer` (trainings stream: a slot is topped up as soon as one
+    frees), or a function of a batch of items returning the rows it could get (`Batches`: one batch a round). An
+    item that cannot be had is forgotten. Returns each race's refinement rounds."""
+    trainer = train if hasattr(train, "wait") else Batches(train)
     used = {key: 0 for key in races}
+    running: set[Item] = set()  # started, not yet finished
+    finished: dict[Item, dict | None] = {}  # finished, not yet recorded
+
+    def collect() -> None:
+        got = trainer.wait()
+        running.difference_update(got)
+        finished.update(got)
+
+    def top_up() -> None:
+        free = slots - len(running)
+        if free <= 0:
+            return
+        taken = running | finished.keys()
+        extra = [(key, pair) for key, race in races.items()
+                 for pair in race.ahead(free, exclude={p for k, p in taken if k == key})][:free]
+        trainer.start(extra)
+        running.update(extra)
+
+    def record() -> None:
+        for key, race in races.items():
+            race.forget(pair for (k, pair), row in finished.items() if k == key and row is None)
+            race.record({pair: row for (k, pair), row in finished.items() if k == key and row is not None})
+        finished.clear()
+
     while True:
         for key, race in races.items():
-            while refine and not race.needed() and used[key] < rounds:
+            busy = any(k == key for k, _ in running)
+            while refine and not busy and not race.needed() and used[key] < rounds:
                 new = [v for v in refine(race.curve()) if v not in race.candidates]
                 if not new:
                     break
                 race.add(new)
                 used[key] += 1
-        need = [(key, pair) for key, race in races.items() for pair in race.needed()]
-        if not need:
+        round_ = {(key, pair) for key, race in races.items() for pair in race.needed()}
+        if not round_ and not running:
             return used
-        free = slots - len(need)
-        batch = need + [(key, pair) for key, race in races.items() for pair in race.ahead(free)][:max(free, 0)]
-        got = train(batch)
-        for key, race in races.items():
-            race.forget(pair for k, pair in batch if k == key and (k, pair) not in got)
-            race.record({pair: row for (k, pair), row in got.items() if k == key})
-
-
-def run_race(race: Race, train: Train, slots: int = 1,
+        new = [item for key, race in races.items() for item in ((key, p) for p in race.needed())
+               if item not in running]
+        trainer.start(new)
+        running.update(new)
+        top_up()
+        while not round_ <= finished.keys() or (not round_ and running):
+            collect()
+            if not round_ <= finished.keys():
+                top_up()
+        record()
+def run_race(race: Race, train: Trainer | Train, slots: int = 1,
              refine: Callable[[Curve], list[float]] | None = None, rounds: int = 0) -> int:
-    """One race (`run_races`); `train` takes and returns (value, seed) pairs. Returns the refinement rounds."""
-    def by_pair(batch):
-        return {(None, pair): row for pair, row in train([pair for _, pair in batch]).items()}
-    return run_races({None: race}, by_pair, slots, refine, rounds)[None]
+    """One race (`run_races`) under the key None; a plain `train` takes and returns (value, seed) pairs. Returns
+    the refinement rounds."""
+    if not hasattr(train, "wait"):
+        plain = train
+
+        def train(batch):
+            return {(None, pair): row for pair, row in plain([pair for _, pair in batch]).items()}
+    return run_races({None: race}, train, slots, refine, rounds)[None]

@@ -32,7 +32,7 @@ from oracle_search.oracle import grid_key
 from oracle_search.schema import Method, Stage
 from trainables.atomic import atomic_write_json
 from oracle_search.curve import Curve, lr_key
-from oracle_search.racing import Race, Settings, run_race
+from oracle_search.racing import Pair, Race, Settings, run_race
 from oracle_search.selection import RESOLUTION
 from trainables.schedules import SiloParams
 
@@ -119,10 +119,11 @@ class DeltaSearch:
                                 "dropped": self.dropped.get(d)} for d in trained]}
 
 
-def _train(runner: Runner, epsilon: float, pairs: list[tuple[float, int]], target: int) -> dict[tuple[float, int], dict]:
+def _train(runner: Runner, epsilon: float, pairs: list[Pair], target: int) -> dict[Pair, dict]:
     """Each (δ, seed) chain through the target cycle, as a curve row by pair (`max_lr` holds δ): the validation
     accuracy at the target cycle, diverged when the chain diverged before or at it."""
-    params = {d: SiloParams(epsilon=epsilon, delta=d, q=PAPER_Q, beta=PAPER_BETA) for d in dict.fromkeys(d for d, _ in pairs)}
+    params = {d: SiloParams(epsilon=epsilon, delta=d, q=PAPER_Q, beta=PAPER_BETA)
+              for d in dict.fromkeys(d for d, _ in pairs)}
     runs = {f"d{grid_key(d)}": (silo_spec(runner.spec, p), None, silo_tags(Method.SILO_PAPER, p, Stage.TUNE))
             for d, p in params.items()}
     chains = run_chains(runner, runs, [], Stage.TUNE, last_cycle=target,

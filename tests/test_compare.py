@@ -7,6 +7,8 @@ import json
 import pandas as pd
 import pytest
 
+from conftest import TINY_COMPARE
+
 pytestmark = pytest.mark.slow
 
 
@@ -43,3 +45,28 @@ def test_compare_writes_results_and_report_and_resumes_after_sigkill(tiny_compar
     oracle_csv = pd.read_csv(out / "tables" / "oracle.csv")
     assert {"noise_lo", "noise_hi", "silo_paper_noise_inside", "silo_fit_inside"} <= set(oracle_csv.columns)
     assert (out / "report.html").exists()
+
+
+def test_a_racing_compare_races_every_tuning_phase_and_keeps_the_verdict_defined(ray_local, tmp_path, capsys):
+    """`compare --oracle racing` on the tiny preset with 3 tuning seeds, on the local Ray: the Oracle, silo_paper's
+    δ search and the baselines' tuning race (each says so); b at every cycle is a value every seed trained; every
+    δ in silo_paper.json says on how many seeds it trained and the winner on all 3; every verdict is defined,
+    on n = 3 (the completions before the analysis)."""
+    from oracle_search.cli import main as cli
+
+    out = tmp_path / "racing"
+    assert cli([*TINY_COMPARE, "--seeds", "3", "--oracle", "racing", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "racing:" in said and "silo_paper: ε" in said and "racing" in said.split("silo_paper: ε")[1].splitlines()[0]
+    assert "baselines: tuning the peak LR of" in said and ", racing" in said.split("baselines: tuning")[1].splitlines()[0]
+    rows = pd.read_parquet(out / "results.parquet")
+    oracle = rows[rows["method"] == "oracle"]
+    chosen = pd.read_csv(out / "tables" / "oracle.csv")
+    for _, c in chosen.iterrows():
+        at = oracle[(oracle["cycle"] == c["cycle"]) & (oracle["max_lr"].round(9) == round(c["best_max_lr"], 9))]
+        assert set(at["seed"]) == {0, 1, 2}, c.to_dict()
+    record = json.loads((out / "silo_paper.json").read_text())
+    seeds = {c["delta"]: c["seeds_trained"] for c in record["candidates"]}
+    assert all(1 <= n <= 3 for n in seeds.values()) and seeds[record["delta"]] == 3
+    verdict = pd.read_csv(out / "tables" / "verdict.csv")
+    assert len(verdict) and not verdict["verdict"].isin(["undefined"]).any() and (verdict["n"] == 3).all()

@@ -188,3 +188,89 @@ def test_an_unanswered_training_is_counted_and_not_asked_again():
     train, asked = answered(table)
     run_race(race, train)
     assert race.missing == {(0.4, 2)} and sum(map(len, asked)) == 6
+
+
+# --- no idle slot, on a real local Ray with 4 slots -----------------------------------------------------------------
+
+class IdleCheck:
+    """A racing Trainer between `run_races` and the real one: at every wait it notes whether a slot was free
+    (fewer than `slots` trainings started and unfinished) while a training could have started (a race's needed
+    pair or `Race.ahead` pair nobody started)."""
+
+    def __init__(self, inner, races: dict, slots: int):
+        self.inner, self.races, self.slots = inner, races, slots
+        self.started: set = set()
+        self.running: set = set()
+        self.waits = 0
+        self.idle: list[tuple[int, list]] = []  # (trainings running, trainings that could have started)
+
+    def start(self, items) -> None:
+        self.started.update(items)
+        self.running.update(items)
+        self.inner.start(items)
+
+    def startable(self) -> list:
+        out = []
+        for key, race in self.races.items():
+            mine = {pair for k, pair in self.started if k == key}
+            out += [(key, p) for p in race.needed() if (key, p) not in self.started]
+            out += [(key, p) for p in race.ahead(1, exclude=mine)]
+        return out
+
+    def wait(self):
+        self.waits += 1
+        if len(self.running) < self.slots and (could := self.startable()):
+            self.idle.append((len(self.running), could))
+        got = self.inner.wait()
+        self.running.difference_update(got)
+        return got
+
+
+class WaitForAll:
+    """The control: the batch plan, whose wait returns only when every started training finished."""
+
+    def __init__(self, inner):
+        self.inner, self.running = inner, set()
+
+    def start(self, items) -> None:
+        self.running.update(items)
+        self.inner.start(items)
+
+    def wait(self):
+        got = {}
+        while self.running:
+            new = self.inner.wait()
+            self.running.difference_update(new)
+            got |= new
+        return got
+
+
+@pytest.mark.slow
+def test_on_a_local_ray_with_4_slots_no_slot_idles_while_a_training_could_start(make_cluster, tmp_path):
+    """The Oracle's streaming trainer on a real Ray of 4 CPUs (the tiny preset, cycle 0, 5 values, 4 seeds): at
+    every moment the driver waits, either 4 trainings are running or no race has a training to start. The
+    control, the same race with the batch plan (a round's wait returns when all its trainings are done), leaves
+    slots free while the leader's next seeds could run."""
+    import dataclasses
+
+    from oracle_search.engine import Runner
+    from oracle_search.oracle import Streaming, oracle_trial
+    from oracle_search.schema import Stage
+    from trainables.presets import PRESETS
+
+    cluster = make_cluster(4)
+    spec = dataclasses.replace(PRESETS["tiny"].spec, cycles=0)
+    values = [0.01, 0.03, 0.1, 0.3, 1.0]
+    results = {}
+    for plan in ("streaming", "batch"):
+        with Runner(out=tmp_path / plan, spec=spec, experiment=plan, address=cluster.address) as runner:
+            assert runner.slots() == 4
+            race = Race(Settings((0, 1, 2, 3), most_candidates=len(values)))
+            race.add(values)
+            trainer = Streaming(runner, lambda _, pair: oracle_trial(runner, 0, pair[1], pair[0], None, Stage.GRID))
+            check = IdleCheck(trainer, {None: race}, 4)
+            run_race(race, check if plan == "streaming" else WaitForAll(check), 4)
+            results[plan] = check
+            assert all(len(race.seeds_of(v)) == 4 for v in race.alive)  # the race ran to its end
+    assert results["streaming"].waits > 5 and results["streaming"].idle == []
+    assert results["batch"].idle, "the control never left a slot free: the check cannot fail"

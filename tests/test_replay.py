@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from analysis.replay import makespan, replay
+from analysis.replay import Clock, makespan, replay
 from oracle_rows import oracle_rows
 from oracle_search.cli import main
 from oracle_search.schema import results_frame, write_results
@@ -43,8 +43,8 @@ def test_replay_by_hand(run, tmp_path):
     Cycle 1 (the bracket of 0.4 is the whole grid), with cycle 0's pool (0.2 [1, 0.5, 1]: ss 1/6 on 2 df, 0.1 0 on
     1, 0.8 0.5 on 1): after seed 0, 0.1 (11 behind) and 0.8 (41) are dropped, margin t(1 − α', 4)·0.41 = 1.9.
     8 trainings of 12. Racing used 18 of 24 (75 %); b = 0.4 at both cycles, as the run's.
-    On 2 slots, 1 s each: exhaustive 12 + 12 trainings, 6 s + 6 s; racing batches 4, 4, 2 | 4, 2, 2: 2+2+1+2+1+1
-    = 9 s; both keep the slots busy."""
+    On 2 slots, 1 s each: exhaustive 12 + 12 trainings, 6 s + 6 s; racing's rounds 4, 4, 2 | 4, 2, 2, two at a
+    time (no slot frees early, so nothing runs ahead): 2+2+1+2+1+1 = 9 s; both keep the slots busy."""
     out = tmp_path / "replay"
     got = replay(run, out, slots=2, racing_refine=0)
     expected = pd.DataFrame({"cycle": [0, 1], "exhaustive_b": [0.4, 0.4], "racing_b": [0.4, 0.4],
@@ -62,6 +62,26 @@ def test_replay_by_hand(run, tmp_path):
     assert len(oracle) == 18 and len(kept) == 18 + 6
     assert set(oracle[oracle["max_lr"] == 0.1]["seed"]) == {0, 1} and len(oracle[oracle["max_lr"] == 0.8]) == 3
     assert (out / "report.md").exists() and len(pd.read_csv(out / "tables/verdict.csv")) == 3
+
+
+def test_the_stream_tops_up_a_freed_slot_at_once():
+    """Two close values (nothing is dropped), 3 seeds, 2 slots; 0.1 trains in 1 s, 0.2 in 3 s. Round 1 starts
+    (0.1, s0) and (0.2, s0). At 1 s a slot frees: `ahead`, with no leader yet, takes each value's second seed in
+    value order, so (0.1, s1) runs; at 2 s, (0.2, s1). At 3 s round 1 ends; round 2 needs (0.1, s2), which runs,
+    and (0.2, s1), running; at 4 s the freed slot takes (0.2, s2), done at 7 s. 12 s of training in 7 s on 2
+    slots. The batch plan waits for each round's slowest training: 3 rounds of 3 s = 9 s."""
+    from oracle_search.racing import Race, Settings, run_race
+
+    acc = {0.1: [80, 81, 82], 0.2: [80.2, 81.1, 81.9]}
+    clock = Clock(2)
+    clock.table = {(v, s): {"val_acc": a[s], "diverged": False, "seconds": 1.0 if v == 0.1 else 3.0}
+                   for v, a in acc.items() for s in range(3)}
+    race = Race(Settings((0, 1, 2), 2))
+    race.add(acc)
+    run_race(race, clock, 2)
+    assert not race.dropped and len(race.rows) == 6
+    assert (clock.now, clock.busy) == (7.0, 12.0)
+    assert makespan([[1.0, 3.0]] * 3, 2) == (9.0, 12.0 / 18.0)
 
 
 def test_a_close_race_trains_everything():
