@@ -27,7 +27,7 @@ of fewer than 2 degrees of freedom or no spread, nothing is dropped.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, Iterable, Protocol
 
 import numpy as np
@@ -106,22 +106,24 @@ class Race:
         """The next round: each candidate still in the race gets its next seed."""
         return [(v, seeds[0]) for v in self.alive if (seeds := self._next_seeds(v))]
 
-    def ahead(self, n: int, exclude: set[Pair] = frozenset()) -> list[Pair]:
-        """Up to `n` trainings beyond the round, most likely needed first: the leader's next seeds, then those of
-        the candidates closest to it (they are the ones the race keeps), none of them in `exclude` (already
-        started). Free slots run these instead of idling; their rows count like any other."""
+    def ahead(self, n: int, started: Iterable[Pair] = (), fresh: dict[Pair, dict] | None = None) -> list[Pair]:
+        """Up to `n` trainings nobody started, most likely needed next: the leader's next seeds, then those of the
+        candidates observed within the tolerance of it, closest first (the ones the race keeps), judged on the
+        recorded rows plus `fresh` ones (finished, not yet looked at). A candidate further behind, or not yet
+        compared with the leader, gets none: it may well be dropped. Free slots run these instead of idling;
+        their rows count like any other."""
         if n <= 0:
             return []
-        round_ = set(self.needed()) | set(exclude)
-        lead = self.leader()
-        gap = self.gaps()
-        order = sorted(self.alive, key=lambda v: (v != lead, gap.get(v, math.inf), v))
-        extra: list[Pair] = []
-        for depth in range(1, len(self.settings.seeds)):
-            for v in order:
-                seeds = self._next_seeds(v)
-                if len(seeds) > depth and (v, seeds[depth]) not in round_:
-                    extra.append((v, seeds[depth]))
+        view = replace(self, rows=self.rows | fresh) if fresh else self
+        lead = view.leader()
+        if lead is None:
+            return []
+        gap, started = view.gaps(), set(started) | set(self.needed())
+        close = sorted((v for v in view.alive if v == lead or gap.get(v, math.inf) <= self.settings.tolerance),
+                       key=lambda v: (v != lead, gap.get(v, 0.0), v))
+        todo = {v: [s for s in view._next_seeds(v) if (v, s) not in started] for v in close}
+        extra = [(v, todo[v][depth]) for depth in range(len(self.settings.seeds)) for v in close
+                 if len(todo[v]) > depth]
         return extra[:n]
 
     def record(self, rows: dict[Pair, dict]) -> None:
@@ -294,7 +296,9 @@ def run_races(races: dict[Hashable, Race], train: Trainer | Callable[[list[Item]
             return
         taken = running | finished.keys()
         extra = [(key, pair) for key, race in races.items()
-                 for pair in race.ahead(free, exclude={p for k, p in taken if k == key})][:free]
+                 for pair in race.ahead(free, started={p for k, p in taken if k == key},
+                                        fresh={p: row for (k, p), row in finished.items()
+                                               if k == key and row is not None})][:free]
         trainer.start(extra)
         running.update(extra)
 

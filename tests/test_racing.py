@@ -166,17 +166,20 @@ def test_a_prior_pool_lets_the_first_seed_drop_and_a_divergence_drops_at_once():
 
 
 def test_free_slots_run_the_leaders_and_close_candidates_next_seeds():
-    """With 4 slots and a round of 2 trainings, the 2 free slots take the leader's next seed first, then the
-    closest candidate's: no slot idles while a training the race will likely need is queued."""
-    table = rows({0.2: [80, 81, 82], 0.4: [81, 82, 83]})
-    race = Race(Settings(SEEDS, most_candidates=2))
-    race.add([0.2, 0.4])
-    race.record({p: table[p] for p in [(0.2, 0), (0.4, 0)]})
-    assert race.needed() == [(0.2, 1), (0.4, 1)]
-    assert race.ahead(2) == [(0.4, 2), (0.2, 2)]
+    """After seed 0: leader 0.4 (81), 0.2 is 0.2 behind (close), 0.8 is 6 behind (not). With 5 slots and a round of
+    3, the 2 free slots take the leader's next seed, then 0.2's; nothing for 0.8, which the look after this batch
+    drops (pairs with 2 seeds: 0.2 d = [0.2, 1], 0.8 d = [6, 6]: ss 0.32 on 2 df, sd 0.4; α' = 0.05/(2·3):
+    t(1 − α', 2)·0.4/√2 = 2.14, and 6 − 2.14 > 0.5). Then every seed is in: one batch, nothing more."""
+    table = rows({0.2: [80.8, 81, 82], 0.4: [81, 82, 83], 0.8: [75, 76, 77]})
+    race = Race(Settings(SEEDS, most_candidates=3))
+    race.add([0.2, 0.4, 0.8])
+    race.record({p: table[p] for p in [(0.2, 0), (0.4, 0), (0.8, 0)]})
+    assert race.needed() == [(0.2, 1), (0.4, 1), (0.8, 1)]
+    assert race.ahead(3) == [(0.4, 2), (0.2, 2)]
     train, asked = answered(table)
-    run_race(race, train, slots=4)
-    assert asked == [[(0.2, 1), (0.4, 1), (0.4, 2), (0.2, 2)]]  # one full batch, then nothing left
+    run_race(race, train, slots=5)
+    assert asked == [[(0.2, 1), (0.4, 1), (0.8, 1), (0.4, 2), (0.2, 2)]]
+    assert list(race.dropped) == [0.8] and race.seeds_of(0.8) == [0, 1]
 
 
 def test_an_unanswered_training_is_counted_and_not_asked_again():
@@ -201,6 +204,7 @@ class IdleCheck:
         self.inner, self.races, self.slots = inner, races, slots
         self.started: set = set()
         self.running: set = set()
+        self.seen: dict = {}  # every row returned so far
         self.waits = 0
         self.idle: list[tuple[int, list]] = []  # (trainings running, trainings that could have started)
 
@@ -213,8 +217,9 @@ class IdleCheck:
         out = []
         for key, race in self.races.items():
             mine = {pair for k, pair in self.started if k == key}
+            fresh = {pair: row for (k, pair), row in self.seen.items() if k == key and row is not None}
             out += [(key, p) for p in race.needed() if (key, p) not in self.started]
-            out += [(key, p) for p in race.ahead(1, exclude=mine)]
+            out += [(key, p) for p in race.ahead(1, started=mine, fresh=fresh)]
         return out
 
     def wait(self):
@@ -223,6 +228,7 @@ class IdleCheck:
             self.idle.append((len(self.running), could))
         got = self.inner.wait()
         self.running.difference_update(got)
+        self.seen |= got
         return got
 
 
