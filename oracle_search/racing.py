@@ -27,7 +27,7 @@ of fewer than 2 degrees of freedom or no spread, nothing is dropped.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable, Protocol
 
 import numpy as np
@@ -106,22 +106,19 @@ class Race:
         """The next round: each candidate still in the race gets its next seed."""
         return [(v, seeds[0]) for v in self.alive if (seeds := self._next_seeds(v))]
 
-    def ahead(self, n: int, started: Iterable[Pair] = (), fresh: dict[Pair, dict] | None = None) -> list[Pair]:
-        """Up to `n` trainings nobody started, most likely needed next: the leader's next seeds, then those of the
-        candidates observed within the tolerance of it, closest first (the ones the race keeps), judged on the
-        recorded rows plus `fresh` ones (finished, not yet looked at). A candidate further behind, or not yet
-        compared with the leader, gets none: it may well be dropped. Free slots run these instead of idling;
-        their rows count like any other."""
-        if n <= 0:
+    def ahead(self, n: int, started: Iterable[Pair] = ()) -> list[Pair]:
+        """Up to `n` trainings beyond the round that nobody started, most likely needed next: the leader's next
+        seeds, then those of the candidates within the tolerance of it, closest first (the ones the race keeps),
+        as the last look saw them. A candidate further behind, or not yet compared with the leader, gets none: it
+        may well be dropped (and a look on a round's first rows alone would follow whichever training ended
+        first). Free slots run these instead of idling; their rows count like any other."""
+        lead = self.leader()
+        if n <= 0 or lead is None:
             return []
-        view = replace(self, rows=self.rows | fresh) if fresh else self
-        lead = view.leader()
-        if lead is None:
-            return []
-        gap, started = view.gaps(), set(started) | set(self.needed())
-        close = sorted((v for v in view.alive if v == lead or gap.get(v, math.inf) <= self.settings.tolerance),
+        gap, started = self.gaps(), set(started) | set(self.needed())
+        close = sorted((v for v in self.alive if v == lead or gap.get(v, math.inf) <= self.settings.tolerance),
                        key=lambda v: (v != lead, gap.get(v, 0.0), v))
-        todo = {v: [s for s in view._next_seeds(v) if (v, s) not in started] for v in close}
+        todo = {v: [s for s in self._next_seeds(v) if (v, s) not in started] for v in close}
         extra = [(v, todo[v][depth]) for depth in range(len(self.settings.seeds)) for v in close
                  if len(todo[v]) > depth]
         return extra[:n]
@@ -296,9 +293,7 @@ def run_races(races: dict[Hashable, Race], train: Trainer | Callable[[list[Item]
             return
         taken = running | finished.keys()
         extra = [(key, pair) for key, race in races.items()
-                 for pair in race.ahead(free, started={p for k, p in taken if k == key},
-                                        fresh={p: row for (k, p), row in finished.items()
-                                               if k == key and row is not None})][:free]
+                 for pair in race.ahead(free, started={p for k, p in taken if k == key})][:free]
         trainer.start(extra)
         running.update(extra)
 

@@ -204,7 +204,6 @@ class IdleCheck:
         self.inner, self.races, self.slots = inner, races, slots
         self.started: set = set()
         self.running: set = set()
-        self.seen: dict = {}  # every row returned so far
         self.waits = 0
         self.idle: list[tuple[int, list]] = []  # (trainings running, trainings that could have started)
 
@@ -217,9 +216,8 @@ class IdleCheck:
         out = []
         for key, race in self.races.items():
             mine = {pair for k, pair in self.started if k == key}
-            fresh = {pair: row for (k, pair), row in self.seen.items() if k == key and row is not None}
             out += [(key, p) for p in race.needed() if (key, p) not in self.started]
-            out += [(key, p) for p in race.ahead(1, started=mine, fresh=fresh)]
+            out += [(key, p) for p in race.ahead(1, started=mine)]
         return out
 
     def wait(self):
@@ -228,7 +226,6 @@ class IdleCheck:
             self.idle.append((len(self.running), could))
         got = self.inner.wait()
         self.running.difference_update(got)
-        self.seen |= got
         return got
 
 

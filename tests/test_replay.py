@@ -65,12 +65,11 @@ def test_replay_by_hand(run, tmp_path):
 
 
 def test_the_stream_tops_up_a_freed_slot_at_once():
-    """Two close values (nothing is dropped), 3 seeds, 2 slots; 0.1 trains in 1 s, 0.2 in 3 s. Round 1 starts
-    (0.1, s0) and (0.2, s0). At 1 s a slot frees; 0.1 leads on the rows so far (0.2 has none, so it is not yet
-    known to be close), so its next seed runs ahead of its round, and at 2 s the one after. At 3 s round 1 ends;
-    round 2 needs (0.2, s1), and the other slot takes (0.2, s2), now known to be 0.2 points from the leader: done
-    at 6 s, both slots busy all along (12 s of training). The batch plan waits for each round's slowest
-    training: 3 rounds of 3 s = 9 s."""
+    """Two close values (nothing is dropped), 3 seeds, 2 slots; 0.1 trains in 1 s, 0.2 in 3 s. Round 1: (0.1, s0)
+    and (0.2, s0); nothing is known yet, so the slot freed at 1 s idles until the round ends at 3 s. Round 2:
+    (0.1, s1) and (0.2, s1); at 4 s 0.1's slot frees and takes the leader's next seed, (0.2, s2) (0.2 leads,
+    80.2 against 80), done at 7 s. Round 3 needs (0.1, s2), started at 6 s when (0.2, s1) ends: done at 7 s.
+    12 s of training in 7 s on 2 slots; the batch plan waits for each round's slowest training: 3 × 3 s = 9 s."""
     from oracle_search.racing import Race, Settings, run_race
 
     acc = {0.1: [80, 81, 82], 0.2: [80.2, 81.1, 81.9]}
@@ -81,7 +80,7 @@ def test_the_stream_tops_up_a_freed_slot_at_once():
     race.add(acc)
     run_race(race, clock, 2)
     assert not race.dropped and len(race.rows) == 6
-    assert (clock.now, clock.busy) == (6.0, 12.0)
+    assert (clock.now, clock.busy) == (7.0, 12.0)
     assert makespan([[1.0, 3.0]] * 3, 2) == (9.0, 12.0 / 18.0)
 
 
