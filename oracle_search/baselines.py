@@ -38,7 +38,8 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], se
     0.5 points worse than that schedule's leader gets no more seeds. Each race starts from the pool of the Oracle's
     cycle-0 curve on the same seeds where this folder holds one: the same network from the same initialisation,
     trained one cycle on the same seeds, differing only in the schedule's shape, so a paired difference's seed
-    noise is taken to be the same (docs/design.md, "Racing")."""
+    noise is taken to be the same (docs/design.md, "Racing"). The Oracle's own schedule gets no prior: its
+    cycle-0 tuning trainings are the Oracle's (reused), so the prior would count their residuals twice."""
     spec = runner.spec
     if racing:
         dense = dense_curve(pd.DataFrame(runner.ledger.rows()), seeds)
@@ -46,7 +47,8 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], se
         if prior.df:
             runner.progress.say(f"  baselines: racing from the Oracle's cycle-0 pool (sd {prior.sd:.2f} points, "
                                 f"{prior.df} df)")
-        races = {name: Race(Settings(tuple(seeds), most_candidates=len(grid)), prior) for name in schedules}
+        races = {name: Race(Settings(tuple(seeds), most_candidates=len(grid)),
+                            prior if name != spec.schedule.name else Pool()) for name in schedules}
         for race in races.values():
             race.add(grid)
 

@@ -59,6 +59,7 @@ def test_a_racing_compare_races_every_tuning_phase_and_keeps_the_verdict_defined
     said = capsys.readouterr().out
     assert "racing:" in said and "silo_paper: ε" in said and "racing" in said.split("silo_paper: ε")[1].splitlines()[0]
     assert "baselines: tuning the peak LR of" in said and ", racing" in said.split("baselines: tuning")[1].splitlines()[0]
+    assert "baselines: racing from the Oracle's cycle-0 pool" in said
     rows = pd.read_parquet(out / "results.parquet")
     oracle = rows[rows["method"] == "oracle"]
     chosen = pd.read_csv(out / "tables" / "oracle.csv")
