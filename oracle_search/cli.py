@@ -417,8 +417,9 @@ def build_parser() -> Parser:
                        "fused network per trial (default 0: all of them with --gpus-per-trial, else 1)")
         o.add_argument("--oracle", choices=("exhaustive", "racing"), default="exhaustive",
                        help="exhaustive: every value on every seed (default); racing: a value shown more than 0.5 "
-                       "points worse than the leader gets no more seeds (oracle_search/racing.py), and before the "
-                       "verdict the values next to each compared schedule are completed")
+                       "points worse than the leader gets no more seeds (oracle_search/racing.py; in compare also "
+                       "the baselines' peak-LR tuning and silo_paper's delta search), and before the verdict the "
+                       "values next to each compared schedule are completed")
 
     def study_options(f) -> None:  # what names the study: its seeds, storage and objective
         f.add_argument("--fit-seeds", type=int, default=1, help="tuning seeds each Optuna trial trains "
