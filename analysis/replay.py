@@ -132,7 +132,7 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
     oracle = oracle[oracle["seed"].isin(seeds)]
     width = slots or 1
 
-    records, used, batches = [], [], {"exhaustive": [], "racing": []}
+    records, used, exhaustive_batches, completions = [], [], [], []
     clock = Clock(width)
     pool, inside, previous, dense = Pool(), 0, None, None
     for m in range(last + 1):
@@ -150,7 +150,7 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
         chained = at[at["selected"].astype(bool)]  # RUN's chain: each seed's start at the next cycle
         rows = {r["key"]: r for r in [*race.rows.values(), *chained.to_dict("records")]}
         used += list(rows.values())
-        batches["exhaustive"] += _exhaustive_batches(table, values, seeds, grid, refine)
+        exhaustive_batches += _exhaustive_batches(table, values, seeds, grid, refine)
         inside += bool(racing is not None and in_set(racing.best, exhaustive.values, exhaustive.inside))
         records.append({"cycle": m, "exhaustive_b": exhaustive.best,
                         "racing_b": math.nan if racing is None else racing.best,
@@ -175,7 +175,7 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
             break
         for row in new:
             cycles.loc[cycles["cycle"] == int(row["cycle"]), "trainings_racing"] += 1
-        batches["racing"].append([float(row["seconds"]) for row in new])  # one batch per pass, as compare runs it
+        completions.append([float(row["seconds"]) for row in new])  # one batch per pass, as compare runs it
         kept = pd.concat([kept, pd.DataFrame(new)], ignore_index=True)
 
     rows = results_frame([*kept.to_dict("records"), *others.to_dict("records")])
@@ -184,10 +184,9 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
     ours = mine.set_index(["schedule", "versus"])["verdict"].reindex(labels.index)
     wall = None
     if slots:
-        after = makespan(batches["racing"], slots)[0]  # the completions, after the races
-        racing_wall = clock.now + after
-        busy = clock.busy + sum(map(sum, batches["racing"]))
-        wall = {"exhaustive": makespan(batches["exhaustive"], slots),
+        racing_wall = clock.now + makespan(completions, slots)[0]  # the completions run after the races
+        busy = clock.busy + sum(map(sum, completions))
+        wall = {"exhaustive": makespan(exhaustive_batches, slots),
                 "racing": (racing_wall, busy / (slots * racing_wall) if racing_wall else math.nan)}
     result = Replay(cycles, rows, inside, int((ours == labels).sum()), len(labels), wall)
     _write(result, out, run)

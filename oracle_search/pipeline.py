@@ -47,6 +47,10 @@ class OracleOptions:
         at_least("refine", self.refine, 0)
         at_least("fuse", self.fuse, 0)
 
+    @property
+    def racing(self) -> bool:
+        return self.mode == "racing"
+
 
 @dataclass(frozen=True)
 class FitOptions:
@@ -327,7 +331,7 @@ def _silo_variants(runner, options: CompareOptions, study) -> dict:
     if dense is None:
         runner.progress.say("silo_paper: no Oracle dense best in this folder; silo_paper is left out")
     elif (p := tune_silo_paper(runner, dense, list(runner.spec.grid), tuning_seeds(runner.spec, options.oracle.seeds),
-                               options.fit.target(runner.spec), racing=options.oracle.mode == "racing")) is not None:
+                               options.fit.target(runner.spec), racing=options.oracle.racing)) is not None:
         variants[Method.SILO_PAPER] = p
     if study is not None and (p := _fitted(study)) is not None:
         variants[Method.SILO_FIT] = p
@@ -349,7 +353,7 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
                                       tuning_seeds(spec, options.fit.seeds), target)
         peaks = run_baselines(runner, tuning_seeds(spec, options.oracle.seeds),
                               evaluation_seeds(spec, options.eval_seeds), list(spec.grid),
-                              _silo_variants(runner, options, study), racing=options.oracle.mode == "racing")
+                              _silo_variants(runner, options, study), racing=options.oracle.racing)
         runner.write_results()
     return peaks
 
@@ -385,8 +389,8 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
             say("== 2/4 SILO: silo_paper's δ ==")
         variants = _silo_variants(runner, options, study)
         say("== 3/4 baselines' tuning and every method's final runs ==")
-        run_baselines(runner, tune, evaluate, list(spec.grid), variants, racing=options.oracle.mode == "racing")
-        if options.oracle.mode == "racing":
+        run_baselines(runner, tune, evaluate, list(spec.grid), variants, racing=options.oracle.racing)
+        if options.oracle.racing:
             _complete_for_verdict(runner, options.oracle)
         table = runner.write_results()
     estimate.finish(out)  # before the report, which prints the estimate next to the time taken

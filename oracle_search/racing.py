@@ -312,19 +312,22 @@ def run_races(races: dict[Hashable, Race], train: Trainer | Callable[[list[Item]
                     break
                 race.add(new)
                 used[key] += 1
-        round_ = {(key, pair) for key, race in races.items() for pair in race.needed()}
-        if not round_ and not running:
+        need = [(key, pair) for key, race in races.items() for pair in race.needed()]
+        if not need and not running:
             return used
-        new = [item for key, race in races.items() for item in ((key, p) for p in race.needed())
-               if item not in running]
+        new = [item for item in need if item not in running]
         trainer.start(new)
         running.update(new)
         top_up()
-        while not round_ <= finished.keys() or (not round_ and running):
+        round_ = set(need)
+        # Wait for the round (or, with none left, for trainings started ahead of a round that never came).
+        while not (round_ and finished.keys() >= round_) and running:
             collect()
-            if not round_ <= finished.keys():
+            if not finished.keys() >= round_:
                 top_up()
         record()
+
+
 def run_race(race: Race, train: Trainer | Train, slots: int = 1,
              refine: Callable[[Curve], list[float]] | None = None, rounds: int = 0) -> int:
     """One race (`run_races`) under the key None; a plain `train` takes and returns (value, seed) pairs. Returns

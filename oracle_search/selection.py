@@ -176,7 +176,9 @@ def next_values(choice: Choice, grid: list[float], resolution: float = RESOLUTIO
 
 def dense_curve(rows: pd.DataFrame, seeds: list[int] | None = None) -> Curve | None:
     """The Oracle's cycle-0 curve (the unpruned network) on `seeds` (default: every seed), if it ran."""
-    rows = rows[(rows["method"] == "oracle") & (rows["cycle"] == 0)] if not rows.empty else rows
+    if rows.empty:
+        return None
+    rows = rows[(rows["method"] == "oracle") & (rows["cycle"] == 0)]
     return Curve.from_rows(rows, seeds) if not rows.empty else None
 
 

@@ -133,17 +133,7 @@ def _train(runner: Runner, epsilon: float, pairs: list[Pair], target: int) -> di
             for d, s in pairs for end in [chains[(f"d{grid_key(d)}", s)][-1]]}
 
 
-def _refinement(coarse: list[float], target: int):
-    """The δ values the next round adds, given the curve so far (module docstring); none when the target cycle
-    cannot tell δ values apart or every δ diverged. Values the racing rule dropped count as tried neighbours."""
-    def new_deltas(curve: Curve) -> list[float]:
-        if target <= PAPER_Q or curve.best is None:
-            return []
-        return next_deltas(curve.best, curve.tried, coarse)[0]
-    return new_deltas
-
-
-def _why_stopped(curve: Curve, coarse: list[float], target: int, rounds: int, done: int) -> str | None:
+def _why_stopped(curve: Curve, coarse: list[float], target: int, rounds: int) -> str | None:
     """Why δ is not bracketed (None when it is)."""
     if curve.best is None:
         return "every δ diverged"
@@ -161,11 +151,16 @@ def search_delta(runner: Runner, epsilon: float, grid: list[float], seeds: list[
     """Train the first δ candidates, then refine around the winner until it is bracketed (module docstring).
     `racing`: the candidates race on the seeds (oracle_search.racing); a δ shown more than 0.5 points worse
     than the leader at the target cycle gets no more seeds, and still counts as a tried neighbour."""
-    coarse, refine = delta_range(epsilon, grid), _refinement(delta_range(epsilon, grid), target)
-    first = delta_grid(epsilon, grid)
+    coarse, first = delta_range(epsilon, grid), delta_grid(epsilon, grid)
     dropped: dict[float, str] = {}
-    def refine_and_say(curve: Curve) -> list[float]:
-        if new := refine(curve):
+
+    def refine(curve: Curve) -> list[float]:
+        """The δ values the next round adds; none when the target cycle cannot tell δ apart or every δ diverged.
+        Values the racing rule dropped count as tried neighbours."""
+        if target <= PAPER_Q or curve.best is None:
+            return []
+        new = next_deltas(curve.best, curve.tried, coarse)[0]
+        if new:
             runner.progress.say(f"silo_paper: δ = {curve.best:.4g} is best so far; refining with "
                                 f"{', '.join(f'{d:.4g}' for d in new)}")
         return new
@@ -173,17 +168,16 @@ def search_delta(runner: Runner, epsilon: float, grid: list[float], seeds: list[
     if racing:
         race = Race(Settings(tuple(seeds), most_candidates=len(first) + 2 * rounds))
         race.add(first)
-        done = run_race(race, lambda pairs: _train(runner, epsilon, pairs, target), runner.slots(),
-                        refine_and_say, rounds)
+        done = run_race(race, lambda pairs: _train(runner, epsilon, pairs, target), runner.slots(), refine, rounds)
         curve, dropped = race.curve(), dict(race.dropped)
     else:
         rows = list(_train(runner, epsilon, [(d, s) for d in first for s in seeds], target).values())
-        done = 0
-        while done < rounds and (new := refine_and_say(curve := Curve.from_rows(rows, seeds))):
+        curve, done = Curve.from_rows(rows, seeds), 0
+        while done < rounds and (new := refine(curve)):
             done += 1
             rows += _train(runner, epsilon, [(d, s) for d in new for s in seeds], target).values()
-        curve = Curve.from_rows(rows, seeds)
-    why = _why_stopped(curve, coarse, target, rounds, done)
+            curve = Curve.from_rows(rows, seeds)
+    why = _why_stopped(curve, coarse, target, rounds)
     dead = curve.diverged.any(axis=1)
     scores = {float(d): None if dead[d] else float(m) for d, m in curve.mean().items()}
     return DeltaSearch(epsilon=epsilon, target_cycle=target, seeds=list(seeds), range=coarse, scores=scores,
