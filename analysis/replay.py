@@ -30,12 +30,14 @@ import pandas as pd
 from analysis.regret import analyse, completion_targets
 from analysis.select import oracle_trials
 from oracle_search.curve import lr_key
-from oracle_search.racing import RACING_REFINE, Pair, Pool, Race, race_settings, refinement, run_race
-from oracle_search.schema import Method, read_results, results_frame
+from oracle_search.racing import RACING_REFINE, Pair, Pool, oracle_race, pool_of, refinement, run_race, tuning_race
+from oracle_search.schema import BASELINES, Method, Stage, read_results, results_frame
 from oracle_search.selection import Curve, bracket, choose, in_set, next_values
 from trainables.atomic import atomic_write_bytes
 
 REPLAY_COLUMNS = ["cycle", "exhaustive_b", "racing_b", "trainings_exhaustive", "trainings_racing", "unanswered"]
+TUNING_COLUMNS = ["schedule", "exhaustive_peak", "racing_peak", "trainings_exhaustive", "trainings_racing",
+                  "unanswered", "unimodal"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,19 @@ class Replay:
     labels_equal: int
     labels: int  # comparisons in RUN's verdict
     wall: dict[str, tuple[float, float]] | None  # plan -> (seconds, utilisation) on `slots`
+    tuning: pd.DataFrame  # replay_tuning.csv: the baselines' peak-LR races
+    unimodal: int  # cycles whose exhaustive curve is unimodal (`selection.unimodal`): the walk's assumption
+
+    def tuning_line(self) -> str:
+        used, of = int(self.tuning["trainings_racing"].sum()), int(self.tuning["trainings_exhaustive"].sum())
+        same = int((self.tuning["racing_peak"] == self.tuning["exhaustive_peak"]).sum())
+        return (f"replay: the baselines' tuning raced on {used} of {of} rows ({100 * used / max(of, 1):.0f} %), the "
+                f"same peak LR for {same} of {len(self.tuning)} schedules")
+
+    def unimodal_line(self) -> str:
+        return (f"replay: the run's curves are unimodal (the walk's assumption) at {self.unimodal} of "
+                f"{len(self.cycles)} Oracle cycles and {int(self.tuning['unimodal'].sum())} of {len(self.tuning)} "
+                f"tuning curves")
 
     def last_line(self) -> str:
         used, of = int(self.cycles["trainings_racing"].sum()), int(self.cycles["trainings_exhaustive"].sum())
@@ -117,6 +132,24 @@ def _exhaustive_batches(table: dict[Pair, dict], values: list[float], seeds: lis
     return batches
 
 
+def replay_tuning(df: pd.DataFrame, spec: dict, seeds: list[int], dense: Curve) -> pd.DataFrame:
+    """The baselines' peak-LR races (`racing.tuning_race`, as `baselines.tune_peaks` runs them), answered from
+    RUN's tuning rows on `seeds`; `dense` is the racing Oracle's cycle-0 curve (its pool and best start each race).
+    Rows are counted whether RUN trained or reused them (the Oracle's own schedule reuses the Oracle's cycle 0)."""
+    grid = sorted(lr_key(g) for g in spec["grid"])
+    tuning = df[(df["stage"] == Stage.TUNE.value) & df["method"].isin(BASELINES) & df["seed"].isin(seeds)]
+    records = []
+    for name, rows in tuning.groupby("method", sort=True):
+        table = {(lr_key(r["max_lr"]), int(r["seed"])): r for r in rows.to_dict("records")}
+        race = tuning_race(seeds, grid, Pool() if name == spec["schedule"]["name"] else pool_of(dense), dense.best)
+        run_race(race, lambda pairs: {p: table[p] for p in pairs if p in table})
+        exhaustive = choose(Curve.from_rows(rows, seeds))
+        records.append({"schedule": name, "exhaustive_peak": exhaustive.best, "racing_peak": race.curve().best,
+                        "trainings_exhaustive": len(rows), "trainings_racing": len(race.rows),
+                        "unanswered": len(race.missing), "unimodal": exhaustive.unimodal})
+    return pd.DataFrame(records, columns=TUNING_COLUMNS)
+
+
 def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
            racing_refine: int = RACING_REFINE) -> Replay:
     """Replay the racing rule on RUN's table; write DIR's files (module docstring). `refine`: the refinement rounds
@@ -134,24 +167,25 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
 
     records, used, exhaustive_batches, completions = [], [], [], []
     clock = Clock(width)
-    pool, inside, previous, dense = Pool(), 0, None, None
+    pool, inside, unimodal, previous, dense, dense_racing = Pool(), 0, 0, None, None, None
     for m in range(last + 1):
         at = oracle[oracle["cycle"] == m]
         table = {(lr_key(r["max_lr"]), int(r["seed"])): r for r in at.to_dict("records")}
         exhaustive = choose(Curve.from_rows(at))
         values = sorted({*bracket(grid, previous), dense}) if m else grid
-        race = Race(race_settings(seeds, values, racing_refine), pool)
-        race.add(values)
+        race = oracle_race(seeds, values, racing_refine, pool, previous, dense)
 
         clock.table = table
         run_race(race, clock, width, refinement(grid), racing_refine)
         pool = pool + race.final_pool()
         racing = choose(race.curve())
+        dense_racing = dense_racing if m else race.curve()
         chained = at[at["selected"].astype(bool)]  # RUN's chain: each seed's start at the next cycle
         rows = {r["key"]: r for r in [*race.rows.values(), *chained.to_dict("records")]}
         used += list(rows.values())
         exhaustive_batches += _exhaustive_batches(table, values, seeds, grid, refine)
         inside += bool(racing is not None and in_set(racing.best, exhaustive.values, exhaustive.inside))
+        unimodal += exhaustive.unimodal
         records.append({"cycle": m, "exhaustive_b": exhaustive.best,
                         "racing_b": math.nan if racing is None else racing.best,
                         "trainings_exhaustive": len(at), "trainings_racing": len(rows), "unanswered": len(race.missing)})
@@ -188,7 +222,8 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
         busy = clock.busy + sum(map(sum, completions))
         wall = {"exhaustive": makespan(exhaustive_batches, slots),
                 "racing": (racing_wall, busy / (slots * racing_wall) if racing_wall else math.nan)}
-    result = Replay(cycles, rows, inside, int((ours == labels).sum()), len(labels), wall)
+    result = Replay(cycles, rows, inside, int((ours == labels).sum()), len(labels), wall,
+                    replay_tuning(df, spec, seeds, dense_racing), unimodal)
     _write(result, out, run)
     return result
 
@@ -198,6 +233,7 @@ def _write(result: Replay, out: Path, run: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / "replay.csv", result.cycles.to_csv(index=False))
+    atomic_write_bytes(out / "replay_tuning.csv", result.tuning.to_csv(index=False))
     atomic_write_bytes(out / "replay_rows.parquet", _parquet(result.rows))
     atomic_write_bytes(out / "spec.json", (run / "spec.json").read_bytes())
     write_report(out, rows=result.rows)

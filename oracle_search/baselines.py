@@ -11,7 +11,7 @@ from oracle_search.engine import Runner
 from oracle_search.oracle import Streaming, chain_suffix, cycle_trial, grid_key
 from oracle_search.schema import BASELINES, Method, Stage
 from oracle_search.curve import Curve
-from oracle_search.racing import Pool, Race, Settings, pool_of, run_races
+from oracle_search.racing import Pool, pool_of, run_races, tuning_race
 from oracle_search.selection import dense_curve
 from trainables.schedules import SiloParams
 from trainables.spec import ExperimentSpec
@@ -35,8 +35,9 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], se
                racing: bool = False) -> dict[str, float]:
     """Each schedule's best peak LR on cycle 0 (seed-mean validation accuracy over values every seed trained; ties
     to the smaller LR). `racing`: one race per schedule, side by side (oracle_search.racing): a peak shown more than
-    0.5 points worse than that schedule's leader gets no more seeds. Each race starts from the pool of the Oracle's
-    cycle-0 curve on the same seeds where this folder holds one: the same network from the same initialisation,
+    0.5 points worse than that schedule's leader gets no more seeds, and each race walks out from the Oracle's dense
+    best (`racing.tuning_race`: a peak beyond one so dropped is not trained). Each race starts from the pool of the
+    Oracle's cycle-0 curve on the same seeds where this folder holds one: the same network from the same initialisation,
     trained one cycle on the same seeds, differing only in the schedule's shape, so a paired difference's seed
     noise is taken to be the same (docs/design.md, "Racing"). The Oracle's own schedule gets no prior: its
     cycle-0 tuning trainings are the Oracle's (reused), so the prior would count their residuals twice."""
@@ -47,10 +48,9 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], se
         if prior.df:
             runner.progress.say(f"  baselines: racing from the Oracle's cycle-0 pool (sd {prior.sd:.2f} points, "
                                 f"{prior.df} df)")
-        races = {name: Race(Settings(tuple(seeds), most_candidates=len(grid)),
-                            prior if name != spec.schedule.name else Pool()) for name in schedules}
-        for race in races.values():
-            race.add(grid)
+        centre = dense.best if dense is not None else None
+        races = {name: tuning_race(seeds, grid, prior if name != spec.schedule.name else Pool(), centre)
+                 for name in schedules}
 
         run_races(races, Streaming(runner, lambda name, pair: tune_trial(spec, name, *pair)), runner.slots())
         curves = {name: race.curve() for name, race in races.items()}

@@ -392,7 +392,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if result.wall:
         for plan, (seconds, used) in result.wall.items():
             print(f"{plan} on {args.slots} slot(s): {seconds:.0f} s of wall time, slots busy {100 * used:.0f} %")
-    print(f"written: {Path(args.out) / 'replay.csv'}, replay_rows.parquet, report.md, tables/")
+    if len(result.tuning):
+        print(result.tuning.to_string(index=False))
+    print(f"written: {Path(args.out) / 'replay.csv'}, replay_tuning.csv, replay_rows.parquet, report.md, tables/")
+    if len(result.tuning):
+        print(result.tuning_line())
+    print(result.unimodal_line())
     print(result.last_line())
     return 0
 

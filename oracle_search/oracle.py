@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Hashable
 
 from oracle_search.engine import Runner, Started, Training
-from oracle_search.racing import RACING_REFINE, Pool, Race, race_settings, refinement, run_race
+from oracle_search.racing import RACING_REFINE, Pool, Race, oracle_race, refinement, run_race
 from oracle_search.schema import Method, Stage
 from oracle_search.selection import Choice, Curve, bracket, choose, lr_key, next_values
 
@@ -123,11 +123,12 @@ class Streaming:
 
 
 def _race(runner: Runner, cycle: int, seeds: list[int], starts: dict[int, dict | None], values: list[float],
-          grid: list[float], refine: int, prior: Pool) -> tuple[dict[str, dict], Race, int]:
-    """One cycle raced: its rows by key, the race, and the refinement rounds used."""
-    race = Race(race_settings(seeds, values, refine), prior)
-    race.add(values)
-    first = set(race.candidates)
+          grid: list[float], refine: int, prior: Pool, previous: float | None,
+          dense: float | None) -> tuple[dict[str, dict], Race, int]:
+    """One cycle raced, walking from the previous b (`racing.oracle_race`): its rows by key, the race, and the
+    refinement rounds used."""
+    race = oracle_race(seeds, values, refine, prior, previous, dense)
+    first = {lr_key(v) for v in values}
 
     def trial(_, pair: tuple[float, int]) -> Training:
         v, s = pair
@@ -152,7 +153,10 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
             values = sorted({*values, outcomes[0].choice.best})
         say(f"oracle cycle {cycle}: {len(values)} max_lr x {len(seeds)} seed(s){', racing' * (mode == 'racing')}")
         if mode == "racing":
-            rows, race, rounds = _race(runner, cycle, seeds, starts, values, grid, min(refine, RACING_REFINE), pool)
+            previous, dense = ((outcomes[-1].choice.best, outcomes[0].choice.best) if outcomes and use_bracket
+                               else (None, None))
+            rows, race, rounds = _race(runner, cycle, seeds, starts, values, grid, min(refine, RACING_REFINE), pool,
+                                       previous, dense)
             pool = pool + race.final_pool()
             say(f"  racing: {len(race.rows)} of {len(race.candidates) * len(seeds)} trainings, "
                 f"{len(race.dropped)} value(s) dropped early")

@@ -23,6 +23,13 @@ A dropped candidate gets no more seeds and is in none of the Oracle's sets (it i
 seed, `selection.choose`). The leader and every candidate not dropped get every seed, so b keeps its definition:
 the best seed mean among values every seed trained. With no pool yet (the first round of the first cycle), or one
 of fewer than 2 degrees of freedom or no spread, nothing is dropped.
+
+**The walk** (`Race.start` with a centre): a race may start on the centre and its two neighbours among its values
+and step out one value at a time: after each look, while the lowest (highest) candidate has been trained and is not
+dropped, the next value below (above) it joins the race. A value beyond a dropped one is never trained. This
+assumes the true curve is unimodal in ln max_lr: then a value beyond a candidate shown worse than the leader (which
+lies inward of it) is truly worse still, so it would be dropped too. The Bonferroni count K still counts every value
+the walk may reach. docs/design.md "Racing" says where the walk is used and how the assumption was checked.
 """
 from __future__ import annotations
 
@@ -88,9 +95,34 @@ class Race:
     rows: dict[Pair, dict] = field(default_factory=dict)
     dropped: dict[float, str] = field(default_factory=dict)  # value -> why
     missing: set[Pair] = field(default_factory=set)  # asked for, never answered (replay)
+    walk: tuple[float, ...] = ()  # values not yet candidates that the walk may step out to, ascending
 
     def add(self, values: Iterable[float]) -> None:
         self.candidates = sorted({*self.candidates, *(lr_key(v) for v in values)})
+
+    def start(self, values: Iterable[float], centre: float | None = None, also: Iterable[float] = ()) -> None:
+        """The first candidates: every value, or, given a `centre`, the value nearest it (in ln) with its two
+        neighbours, `also`, and every value between them; the others are left to the walk (module docstring)."""
+        values = sorted({lr_key(v) for v in values})
+        if centre is None:
+            self.add(values)
+            return
+        i = min(range(len(values)), key=lambda j: abs(math.log(values[j] / centre)))
+        first = [*values[max(i - 1, 0):i + 2], *(lr_key(v) for v in also)]
+        self.add([*first, *(v for v in values if min(first) <= v <= max(first))])  # the walk only steps outward
+        self.walk = tuple(v for v in values if v not in self.candidates)
+
+    def step_out(self) -> None:
+        """The walk's step: the next value beyond each end of the candidates whose end value is trained and alive."""
+        if not self.walk:
+            return
+        low, high = self.candidates[0], self.candidates[-1]
+        below = [v for v in self.walk if v < low]
+        above = [v for v in self.walk if v > high]
+        new = [*(below[-1:] if low in self.alive and self.seeds_of(low) else []),
+               *(above[:1] if high in self.alive and self.seeds_of(high) else [])]
+        self.add(new)
+        self.walk = tuple(v for v in self.walk if v not in new)
 
     @property
     def alive(self) -> list[float]:
@@ -128,6 +160,7 @@ class Race:
         for (value, seed), row in rows.items():
             self.rows[(lr_key(value), seed)] = row
         self.look()
+        self.step_out()
 
     def forget(self, pairs: Iterable[Pair]) -> None:
         """Trainings that were asked for and cannot be had (replay: not in the table)."""
@@ -227,6 +260,24 @@ def race_settings(seeds: list[int], values: list[float], refine: int) -> Setting
     """A cycle's race: its looks are the seeds, its candidates at most the first values plus `refine` rounds of new
     ones."""
     return Settings(tuple(seeds), most_candidates=len(values) + MOST_NEW_VALUES_PER_ROUND * refine)
+
+
+def oracle_race(seeds: list[int], values: list[float], refine: int, prior: Pool, previous: float | None,
+                dense: float | None) -> Race:
+    """A racing Oracle cycle's race (the driver's and replay's): the cycle's first `values` (the grid at cycle 0,
+    later the bracket around the previous b and the dense best); from cycle 1 on it walks from the `previous` b, the
+    `dense` best trained too (every cycle reports it)."""
+    race = Race(race_settings(seeds, values, refine), prior)
+    race.start(values, previous, [dense] if dense is not None else [])
+    return race
+
+
+def tuning_race(seeds: list[int], grid: list[float], prior: Pool, centre: float | None) -> Race:
+    """A baseline schedule's peak-LR race over the grid (the driver's and replay's), walking from `centre` (the
+    Oracle's dense best) when one is known."""
+    race = Race(Settings(tuple(seeds), most_candidates=len(grid)), prior)
+    race.start(grid, centre)
+    return race
 
 
 def refinement(grid: list[float]):

@@ -40,17 +40,21 @@ def test_replay_by_hand(run, tmp_path):
     differences 0.2 [1, 0.5], 0.1 [20, 20], 0.8 [30, 31]: pooled ss 0.625 on 3 df; α' = 0.05 / (3 looks · 3 other
     candidates) so t(1 − α', 3)·sd/√2 = 1.82: 0.1 (20 behind) and 0.8 (30.5) are dropped, 0.2 (0.75) is not.
     Seed 2: 0.4 and 0.2. 10 trainings of 12.
-    Cycle 1 (the bracket of 0.4 is the whole grid), with cycle 0's pool (0.2 [1, 0.5, 1]: ss 1/6 on 2 df, 0.1 0 on
-    1, 0.8 0.5 on 1): after seed 0, 0.1 (11 behind) and 0.8 (41) are dropped, margin t(1 − α', 4)·0.41 = 1.9.
-    8 trainings of 12. Racing used 18 of 24 (75 %); b = 0.4 at both cycles, as the run's.
-    On 2 slots, 1 s each: exhaustive 12 + 12 trainings, 6 s + 6 s; racing's rounds 4, 4, 2 | 4, 2, 2, two at a
-    time (no slot frees early, so nothing runs ahead): 2+2+1+2+1+1 = 9 s; both keep the slots busy."""
+    Cycle 1 (the bracket of 0.4 is the whole grid) walks from 0.4: it starts on 0.2, 0.4, 0.8, with cycle 0's pool
+    (0.2 [1, 0.5, 1]: ss 1/6 on 2 df, 0.1 0 on 1, 0.8 0.5 on 1). After seed 0, 0.8 (41 behind) is dropped, margin
+    t(1 − α', 4)·0.41 = 1.9; 0.2 (1 behind) is not, so the walk steps out to 0.1, which seed 1's round trains on its
+    seed 0: 11 behind, dropped; nothing lies beyond it. 8 trainings of 12. Racing used 18 of 24 (75 %); b = 0.4 at
+    both cycles, as the run's.
+    On 2 slots, 1 s each: exhaustive 12 + 12 trainings, 6 s + 6 s. Racing's rounds 4, 4, 2 | 3, 3, 2, two at a time;
+    a slot freed before a cycle's first look idles (nothing is known to run ahead): cycle 0 2+2+1 s; cycle 1 2 s, then
+    (0.4, s1), (0.2, s1) and (0.1, s0) with the leader's (0.4, s2) ahead in the free slot, 2 s, then (0.2, s2) 1 s:
+    10 s, 18 trainings in 20 slot-seconds (90 %)."""
     out = tmp_path / "replay"
     got = replay(run, out, slots=2, racing_refine=0)
     expected = pd.DataFrame({"cycle": [0, 1], "exhaustive_b": [0.4, 0.4], "racing_b": [0.4, 0.4],
                              "trainings_exhaustive": [12, 12], "trainings_racing": [10, 8], "unanswered": [0, 0]})
     pd.testing.assert_frame_equal(got.cycles, expected, check_dtype=False)
-    assert got.wall == {"exhaustive": (12.0, 1.0), "racing": (9.0, 1.0)}
+    assert got.wall == {"exhaustive": (12.0, 1.0), "racing": (10.0, 0.9)}
     # SILO (paper) at 0.2 on cycle 1 is complete in both: the same three verdicts.
     assert (got.labels_equal, got.labels) == (3, 3)
     assert got.last_line() == ("replay: racing used 18 of 24 Oracle trainings (75 %), racing b inside the run's "
