@@ -3,13 +3,18 @@ run. Trains nothing: every training the rule asks for is answered from RUN's res
 
 At every cycle, along RUN's own chain (each seed's start is RUN's chosen checkpoint, so later cycles start from
 RUN's b, and a cycle's first values are the bracket around RUN's previous b, as RUN's driver chose them), the racing
-rule (`oracle_search.racing`) runs on the cycle's first values and its refinement rounds. A training the table
-cannot answer is counted (`unanswered`) and skipped. Then the values next to every compared schedule's max_lr are
-completed from the table (`analysis.regret.completion_targets`), as a racing `compare` does before its analysis.
+rule (`oracle_search.racing`) runs on the cycle's first values, walking from RUN's previous b as the racing driver
+walks from its own, and its refinement rounds. A training the table cannot answer is counted (`unanswered`) and
+skipped. Then the values next to every compared schedule's max_lr are completed from the table
+(`analysis.regret.completion_targets`), as a racing `compare` does before its analysis.
 
-Written to DIR: `replay.csv` (per cycle: both b's, both training counts, unanswered), `replay_rows.parquet` (the
-Oracle rows racing used, RUN's chained rows that carry each seed to the next cycle, the completions, and every
-non-Oracle row of RUN, all unchanged), and `report.md` with `tables/verdict.csv` computed from those rows alone.
+The baselines' peak-LR tuning is replayed too (`replay_tuning`), each race walking from the racing Oracle's dense
+best, and on how many of RUN's Oracle cycles and tuning curves the walk's assumption (`selection.unimodal`) holds.
+
+Written to DIR: `replay.csv` (per cycle: both b's, both training counts, unanswered), `replay_tuning.csv` (per
+baseline schedule: both peaks, both row counts, unanswered, unimodal), `replay_rows.parquet` (the Oracle rows
+racing used, RUN's chained rows that carry each seed to the next cycle, the completions, and every non-Oracle row
+of RUN, all unchanged), and `report.md` with `tables/verdict.csv` computed from those rows alone.
 RUN's chained rows complete RUN's b on every seed, so where racing's b differs (`replay.csv` says where), the
 replay's report, which takes b among complete values, may still show RUN's.
 With `slots`, the simulated wall time of both plans on that many slots, from each row's measured seconds: the
@@ -141,7 +146,8 @@ def replay_tuning(df: pd.DataFrame, spec: dict, seeds: list[int], dense: Curve) 
     records = []
     for name, rows in tuning.groupby("method", sort=True):
         table = {(lr_key(r["max_lr"]), int(r["seed"])): r for r in rows.to_dict("records")}
-        race = tuning_race(seeds, grid, Pool() if name == spec["schedule"]["name"] else pool_of(dense), dense.best)
+        own = name == spec.get("schedule", {}).get("name")  # the Oracle's schedule: no prior (`tune_peaks`)
+        race = tuning_race(seeds, grid, Pool() if own else pool_of(dense), dense.best)
         run_race(race, lambda pairs: {p: table[p] for p in pairs if p in table})
         exhaustive = choose(Curve.from_rows(rows, seeds))
         records.append({"schedule": name, "exhaustive_peak": exhaustive.best, "racing_peak": race.curve().best,

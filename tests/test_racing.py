@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 
 from oracle_search import racing
+from oracle_search.curve import Curve, lr_key
 from oracle_search.racing import Pool, Race, Settings, run_race
+from oracle_search.selection import choose
 
 GRID = [0.01 * 2 ** i for i in range(8)]  # the default's grid
+GRID_KEYS = [lr_key(g) for g in GRID]
 SEEDS = (0, 1, 2)
 TOL = racing.TOLERANCE
 
@@ -32,10 +35,12 @@ def truth(rng: np.random.Generator) -> tuple[list[float], np.ndarray, np.ndarray
     return values, mean, sd
 
 
-def simulate(n_races: int, seed: int, mutate=None) -> dict[str, float]:
+def simulate(n_races: int, seed: int, mutate=None, walk: bool = False) -> dict[str, float]:
     """Races on fresh truths; each race's prior pool comes from a previous race on the same kind of curve (as the
     Oracle carries it from cycle to cycle). Returns the drop rate of values truly within the tolerance of the true
-    best, and how often racing's and the exhaustive Oracle's b are truly more than the tolerance worse."""
+    best, and how often racing's and the exhaustive Oracle's b are truly more than the tolerance worse. `walk`: the
+    race walks (`Race.start`) from a centre up to a doubling either side of the optimum (the previous cycle's b: on
+    the default's runs b moved by at most a doubling between cycles); a value it never trains counts as dropped."""
     rng = np.random.default_rng(seed)
     within = dropped_within = racing_bad = exhaustive_bad = 0
     prior = Pool()
@@ -46,8 +51,8 @@ def simulate(n_races: int, seed: int, mutate=None) -> dict[str, float]:
         race = Race(Settings(SEEDS, most_candidates=len(values)), prior)
         if mutate:
             mutate(race)
-        race.add(values)
-        index = {v: i for i, v in enumerate(race.candidates)}
+        index = {lr_key(v): i for i, v in enumerate(values)}
+        race.start(values, values[int(np.argmax(mean))] * 2 ** rng.uniform(-1, 1) if walk else None)
 
         def train(pairs):
             return {(v, s): {"val_acc": acc[index[v], s], "diverged": False} for v, s in pairs}
@@ -58,8 +63,8 @@ def simulate(n_races: int, seed: int, mutate=None) -> dict[str, float]:
         for v, i in index.items():
             if mean[i] >= best - TOL:
                 within += 1
-                dropped_within += v in race.dropped
-        complete = [i for v, i in index.items() if v not in race.dropped]
+                dropped_within += v in race.dropped or v not in race.candidates
+        complete = [i for v, i in index.items() if v in race.alive]
         exhaustive_b = int(np.argmax(acc.mean(axis=1)))
         racing_b = max(complete, key=lambda i: (acc[i].mean(), -i))
         exhaustive_bad += mean[exhaustive_b] < best - TOL
@@ -83,6 +88,22 @@ def test_a_value_truly_within_the_tolerance_is_dropped_at_most_alpha_of_the_time
 @pytest.mark.slow  # thousands of simulated races: seconds, not the fast lane's milliseconds
 def test_racings_b_is_truly_worse_no_more_often_than_the_exhaustive_oracles_plus_alpha(simulated):
     assert simulated["racing_bad"] <= simulated["exhaustive_bad"] + racing.ALPHA, simulated
+
+
+@pytest.fixture(scope="module")
+def simulated_walk():
+    return simulate(2000, seed=7, walk=True)
+
+
+@pytest.mark.slow  # thousands of simulated races: seconds, not the fast lane's milliseconds
+def test_the_walk_leaves_out_a_value_truly_within_the_tolerance_at_most_alpha_of_the_time(simulated_walk):
+    """The same 2,000 truths (unimodal by construction), each race walking from a centre near the optimum: a value
+    within 0.5 points of the true best is dropped or never trained at most α of the time, and racing's b is truly
+    worse no more often than the exhaustive Oracle's plus α. The walk's failure when the curve is not unimodal is
+    `test_the_walk_misses_a_better_value_beyond_a_valley_which_the_unimodal_check_flags`."""
+    assert simulated_walk["within"] > 2 * 2000
+    assert simulated_walk["drop_rate"] <= racing.ALPHA, simulated_walk
+    assert simulated_walk["racing_bad"] <= simulated_walk["exhaustive_bad"] + racing.ALPHA, simulated_walk
 
 
 @pytest.mark.slow  # thousands of simulated races: seconds, not the fast lane's milliseconds
@@ -191,6 +212,57 @@ def test_an_unanswered_training_is_counted_and_not_asked_again():
     train, asked = answered(table)
     run_race(race, train)
     assert race.missing == {(0.4, 2)} and sum(map(len, asked)) == 6
+
+
+# --- the unimodal walk ----------------------------------------------------------------------------------------------
+
+OFFSETS = (0.0, 0.3, -0.2)  # each seed's shift, shared by every value: paired differences stay exact
+
+
+def curve_rows(means: dict[float, float]):
+    return rows({v: [m + o for o in OFFSETS] for v, m in means.items()})
+
+
+def test_the_walk_steps_out_while_the_end_value_survives_and_never_past_a_dropped_one():
+    """The default's grid, centre 0.16, a prior pool (ss 1.0 on 5 df, sd 0.45), α' = 0.05 / (7 · 3). Seed 0: the
+    start 0.08, 0.16, 0.32; 0.08 (1 behind) and 0.32 (0.2 behind) are within the margin t(1 − α', 5)·0.45 = 2.16,
+    so both ends step out: 0.04 and 0.64 join. Seed 1's round: 0.04 (7 behind) and 0.64 (12 behind) are dropped,
+    so nothing beyond them (0.01, 0.02, 1.28) is ever trained. Seed 2: 0.08, 0.16, 0.32. 11 trainings of 24, and
+    the same b as every value trained on every seed."""
+    means = {0.01: 50, 0.02: 60, 0.04: 75, 0.08: 81, 0.16: 82, 0.32: 81.8, 0.64: 70, 1.28: 20}
+    table = curve_rows({v: means[v] for v in GRID_KEYS})
+    race = Race(Settings(SEEDS, most_candidates=len(GRID)), Pool(1.0, 5))
+    race.start(GRID, centre=0.16)
+    assert race.candidates == [0.08, 0.16, 0.32]
+    train, asked = answered(table)
+    run_race(race, train)
+    assert asked == [[(0.08, 0), (0.16, 0), (0.32, 0)], [(0.04, 0), (0.08, 1), (0.16, 1), (0.32, 1), (0.64, 0)],
+                     [(0.08, 2), (0.16, 2), (0.32, 2)]]
+    assert set(race.dropped) == {0.04, 0.64} and race.walk == (0.01, 0.02, 1.28)
+    assert race.curve().best == Curve.from_rows([{**r, "max_lr": v, "seed": s} for (v, s), r in table.items()]).best
+    # The control: where 0.64 is as good as the leader, the walk goes on past it, to 1.28.
+    table = curve_rows({**{v: means[v] for v in GRID_KEYS}, 0.64: 82.0})
+    race = Race(Settings(SEEDS, most_candidates=len(GRID)), Pool(1.0, 5))
+    race.start(GRID, centre=0.16)
+    run_race(race, answered(table)[0])
+    assert 1.28 in race.candidates and 1.28 in race.dropped
+
+
+def test_the_walk_misses_a_better_value_beyond_a_valley_which_the_unimodal_check_flags():
+    """The walk's assumption, shown failing: 0.01 is the best (90) beyond a valley at 0.04 (75). The walk from 0.16
+    drops 0.04 and never trains 0.01; the full race finds it. The exhaustive curve is not unimodal, which is what
+    replay's check (`selection.unimodal`, its "unimodal" line) reports on a finished run."""
+    means = {0.01: 90, 0.02: 80, 0.04: 75, 0.08: 81, 0.16: 82, 0.32: 81.8, 0.64: 70, 1.28: 20}
+    table = curve_rows({v: means[v] for v in GRID_KEYS})
+    walked, full = (Race(Settings(SEEDS, most_candidates=len(GRID)), Pool(1.0, 5)) for _ in range(2))
+    walked.start(GRID, centre=0.16)
+    full.start(GRID)
+    for race in (walked, full):
+        run_race(race, answered(table)[0])
+    assert walked.curve().best == 0.16 and 0.01 not in walked.candidates
+    assert full.curve().best == 0.01
+    exhaustive = choose(Curve.from_rows([{**r, "max_lr": v, "seed": s} for (v, s), r in table.items()]))
+    assert exhaustive.best == 0.01 and not exhaustive.unimodal
 
 
 # --- no idle slot, on a real local Ray with 4 slots -----------------------------------------------------------------

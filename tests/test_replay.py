@@ -68,6 +68,28 @@ def test_replay_by_hand(run, tmp_path):
     assert (out / "report.md").exists() and len(pd.read_csv(out / "tables/verdict.csv")) == 3
 
 
+def test_replay_replays_the_baselines_tuning_walk_by_hand(run, tmp_path):
+    """A constant schedule's tuning rows, {0.1: 60, 0.2: 78, 0.4: 70, 0.8: 30} on every seed. The racing Oracle's
+    cycle 0 (above) has best 0.4 and pool ss 1/6 + 0 + 0.5 on 4 df (sd 0.41); α' = 0.05 / (3 · 3), so one seed's
+    margin is t(1 − α', 4)·0.41 = 2.3. The walk starts on 0.2, 0.4, 0.8. Seed 0: 0.4 (8 behind 0.2) and 0.8 (48)
+    are dropped; 0.2, the low end, survives, so 0.1 joins. Seed 1's round: 0.2 and 0.1 (18 behind, dropped). Seed 2:
+    0.2. 6 rows of 12, the same peak 0.2, and the run's curve is unimodal."""
+    accs = {0.1: 60.0, 0.2: 78.0, 0.4: 70.0, 0.8: 30.0}
+    tuning = [{"experiment": "t", "method": "constant", "stage": "tune", "schedule": "constant", "seed": s,
+               "cycle": 0, "max_lr": lr, "density": 100.0, "val_acc": a, "test_acc": a, "selected": False,
+               "seconds": 1.0, "key": f"constant-tune-s{s}-lr{lr}"} for lr, a in accs.items() for s in range(3)]
+    table = pd.concat([pd.read_parquet(run / "results.parquet"), results_frame(tuning)], ignore_index=True)
+    write_results(run, results_frame(table.to_dict("records")).to_dict("records"))
+    got = replay(run, tmp_path / "replay", racing_refine=0)
+    assert got.tuning.to_dict("records") == [{"schedule": "constant", "exhaustive_peak": 0.2, "racing_peak": 0.2,
+                                             "trainings_exhaustive": 12, "trainings_racing": 6, "unanswered": 0,
+                                             "unimodal": True}]
+    assert got.tuning_line() == ("replay: the baselines' tuning raced on 6 of 12 rows (50 %), the same peak LR for "
+                                 "1 of 1 schedules")
+    assert got.unimodal_line().endswith("at 2 of 2 Oracle cycles and 1 of 1 tuning curves")
+    assert pd.read_csv(tmp_path / "replay" / "replay_tuning.csv")["trainings_racing"].tolist() == [6]
+
+
 def test_the_stream_tops_up_a_freed_slot_at_once():
     """Two close values (nothing is dropped), 3 seeds, 2 slots; 0.1 trains in 1 s, 0.2 in 3 s. Round 1: (0.1, s0)
     and (0.2, s0); nothing is known yet, so the slot freed at 1 s idles until the round ends at 3 s. Round 2:
