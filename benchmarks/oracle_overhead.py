@@ -38,7 +38,7 @@ def with_ray(spec: ExperimentSpec, seeds: list[int], out: Path) -> tuple[float, 
     startup = time.perf_counter() - start
     with Runner(out=out, spec=spec, experiment=spec.preset, progress=Progress(io.StringIO())) as runner:
         # The whole grid at every cycle, no refinement: the same trials as the in-process loop below.
-        outcomes = run_oracle(runner, seeds, list(spec.grid), refine=0, use_bracket=False)
+        outcomes = run_oracle(runner, seeds, list(spec.grid), refine=0, use_bracket=False, mode="exhaustive")
     seconds = time.perf_counter() - start
     ray.shutdown()
     trained = sum(row["seconds"] for row in runner.ledger.rows())

@@ -412,19 +412,23 @@ def build_parser() -> Parser:
     def oracle_options(c: argparse.ArgumentParser) -> None:
         o = c.add_argument_group("Oracle")
         o.add_argument("--grid", help="max_lr values: 0.01,0.02 or log:LO:HI:N (default: the preset's grid)")
-        o.add_argument("--seeds", type=int, default=3, help="tuning seeds; every max_lr is trained on each "
-                       "(default 3: the 'not shown worse' and 'shown within 0.5' sets need several)")
+        o.add_argument("--seeds", type=int, default=3, help="tuning seeds, each a chain: b and every max_lr not "
+                       "shown worse are trained on each (default 3: the 'not shown worse' and 'shown within 0.5' "
+                       "sets need several)")
         o.add_argument("--refine", type=int, default=3, help="most refinement rounds per cycle that resolve the "
-                       "intervals' edges (default 3; 0: the grid or bracket only)")
+                       "intervals' edges (default 3; racing runs at most 1, on the paper interval's edges; 0: the "
+                       "grid or bracket only)")
         o.add_argument("--no-bracket", action="store_true", help="train the whole grid at every cycle, not a "
                        "bracket around the previous choice")
         o.add_argument("--fuse", type=int, default=0, help="max_lr candidates of one (seed, cycle) trained as one "
                        "fused network per trial (default 0: all of them with --gpus-per-trial, else 1)")
-        o.add_argument("--oracle", choices=("exhaustive", "racing"), default="exhaustive",
-                       help="exhaustive: every value on every seed (default); racing: a value shown more than 0.5 "
-                       "points worse than the leader gets no more seeds (oracle_search/racing.py; in compare also "
-                       "the baselines' peak-LR tuning and silo_paper's delta search), and before the verdict the "
-                       "values next to each compared schedule are completed")
+        o.add_argument("--oracle", choices=("racing", "exhaustive"), default="racing",
+                       help="racing (default): a value shown more than 0.5 points worse than the leader gets no "
+                       "more seeds, and from cycle 1 the values walk out from the previous choice until one is "
+                       "shown worse (oracle_search/racing.py; in compare also the baselines' peak-LR tuning and "
+                       "silo_paper's delta search), and before the verdict the values next to each compared "
+                       "schedule are completed; exhaustive: every value on every seed (more trainings, but fewer "
+                       "rounds: sooner on many slots)")
 
     def study_options(f) -> None:  # what names the study: its seeds, storage and objective
         f.add_argument("--fit-seeds", type=int, default=1, help="tuning seeds each Optuna trial trains "

@@ -13,7 +13,10 @@ The counts follow the drivers' rules (docs/design.md, "Which values are trained"
   schedule is the Oracle's cycle-0 grid, reused. Final runs: every baseline and SILO variant, cycles 0..L on
   every evaluation seed.
 "Typical" counts refinement as the main job of 2026-11-26 ran it (README): 3 new Oracle values per round (13-17
-values per cycle were trained, of at most 18) and one δ round of 2.
+values per cycle were trained, of at most 18) and one δ round of 2. With `--oracle racing` (the default) the
+typical Oracle and baselines' tuning are those counts times the share racing trained of them in the racing
+`compare` of the default (`RACING_SHARE`, README "Racing"): how many values a race drops is only known as it runs.
+"At most" stays the exhaustive plan's.
 
 Trials: with fusion (`--fuse`; by default every candidate of a (seed, cycle) on GPUs) the engine trains up to `fuse`
 max_lr candidates of one (seed, cycle, start) as one fused network in one Tune trial (`engine.Runner._configs`):
@@ -43,6 +46,9 @@ from trainables.spec import ExperimentSpec, SpecError
 TYPICAL_ORACLE_VALUES_PER_ROUND = 3
 TYPICAL_DELTA_ROUNDS = 1
 MOST_ORACLE_VALUES_PER_ROUND = 4  # one per edge of the two intervals (selection.next_values)
+# Racing's trainings over the exhaustive plan's, per phase, in the default's racing `compare --seed 0` against the
+# exhaustive one (README "Racing": the Oracle 129 of 282, the four tuned schedules 30 of 96).
+RACING_SHARE = {"oracle": 0.46, "baselines_tune": 0.31}
 PROBE_STEPS = 100
 MAX_PROBES = 64  # copies of the probe at once on a cluster (each holds one trial's resources)
 _EPS = 1e-9
@@ -209,7 +215,7 @@ def plan(command: str, spec: ExperimentSpec, options) -> list[Phase]:
     CompareOptions), fused as the engine fuses them: one Runner, with `--fuse`, runs every phase of a command."""
     if command == "oracle":
         k = candidates_per_trial(spec, options.fuse)
-        return [oracle_phase(spec, options.seeds, options.refine, options.bracket, k)]
+        return raced([oracle_phase(spec, options.seeds, options.refine, options.bracket, k)], options.racing)
     o, fit = options.oracle, options.fit
     k = candidates_per_trial(spec, o.fuse)
     target = fit.target(spec)
@@ -218,7 +224,16 @@ def plan(command: str, spec: ExperimentSpec, options) -> list[Phase]:
         phases.append(silo_fit_phase(spec, fit.trials, fit.seeds, target))
     phases.append(silo_paper_phase(spec, o.seeds, target))
     phases += baselines_phases(spec, o.seeds, options.eval_seeds, 1 + options.silo_fit, oracle_ran=True, fuse=k)
-    return phases
+    return raced(phases, o.racing)
+
+
+def raced(phases: list[Phase], racing: bool) -> list[Phase]:
+    """With racing, the typical counts of the raced phases scaled by `RACING_SHARE`, rounded up."""
+    if not racing:
+        return phases
+    return [dataclasses.replace(p, typical=math.ceil(p.typical * share),
+                                typical_trials=math.ceil(p.typical_trials * share))
+            if (share := RACING_SHARE.get(p.name)) else p for p in phases]
 
 
 # --- slots and the timing probe ------------------------------------------------------------------------------------

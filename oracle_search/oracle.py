@@ -5,10 +5,11 @@ Cycle 0 trains the coarse grid; later cycles start from a bracket around the pre
 refinement add values until each edge of both intervals lies between a trained value inside and one outside,
 resolved to 5 %, or the round budget is spent (`selection.next_values`).
 
-Two modes. `exhaustive`: every seed trains every value, so each value's seed mean and paired differences are
-defined. `racing` (`oracle_search.racing`): values, refinement values included, are trained in rounds of seeds,
-and one shown more than 0.5 points worse than the leader gets no more seeds; b, the best seed mean among values
-every seed trained, keeps its definition."""
+Two modes. `racing` (the default, `oracle_search.racing`): values, refinement values included, are trained in
+rounds of seeds, and one shown more than 0.5 points worse than the leader gets no more seeds; from cycle 1 the
+values walk out from the previous choice and stop beyond a dropped one; b, the best seed mean among values every
+seed trained, keeps its definition. `exhaustive`: every seed trains every value, so each value's seed mean and
+paired differences are defined."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -139,7 +140,7 @@ def _race(runner: Runner, cycle: int, seeds: list[int], starts: dict[int, dict |
 
 
 def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int = 3,
-               use_bracket: bool = True, mode: str = "exhaustive") -> list[CycleOutcome]:
+               use_bracket: bool = True, *, mode: str) -> list[CycleOutcome]:
     """Run cycles 0..L on every seed; `refine` is the most refinement rounds per cycle; `mode` exhaustive or
     racing (module docstring). Each cycle's choice also counts the rows an earlier run on this folder trained from
     the same starts (`earlier_rows`)."""
@@ -158,8 +159,8 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
             rows, race, rounds = _race(runner, cycle, seeds, starts, values, grid, min(refine, RACING_REFINE), pool,
                                        previous, dense)
             pool = pool + race.final_pool()
-            say(f"  racing: {len(race.rows)} of {len(race.candidates) * len(seeds)} trainings, "
-                f"{len(race.dropped)} value(s) dropped early")
+            say(f"  racing: {len(race.rows)} of {len({*values, *race.candidates}) * len(seeds)} trainings, "
+                f"{len(race.dropped)} value(s) dropped early, {len(race.walk)} beyond them never trained")
         else:
             # The rounds see only their own rows, so a rerun with the same options replays them from the ledger
             # and trains nothing new; the choice then counts every row of this cycle from the same starts.

@@ -38,7 +38,7 @@ class OracleOptions:
     refine: int = 3  # most refinement rounds per cycle (0: the coarse grid or bracket only)
     bracket: bool = True  # after cycle 0, start from the grid values near the previous choice
     fuse: int = 0  # max_lr candidates per Tune trial, trained as one fused network; 0: all on GPUs, 1 on CPUs
-    mode: str = "exhaustive"  # or "racing": values shown worse get fewer seeds (oracle_search.racing)
+    mode: str = "racing"  # values shown worse get fewer seeds (oracle_search.racing); or "exhaustive"
 
     def __post_init__(self) -> None:
         if self.mode not in ("exhaustive", "racing"):

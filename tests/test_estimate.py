@@ -28,7 +28,8 @@ from trainables.spec import Resources
 # trials x 1 seed, 3 evaluation seeds, max 2 trials at once.
 SPEC = dataclasses.replace(PRESETS["digits-mlp"].spec, cycles=2, precision="fp32",
                            resources=Resources(max_concurrent=2))
-OPTIONS = CompareOptions(oracle=OracleOptions(seeds=3, refine=1), fit=FitOptions(trials=8, seeds=1), eval_seeds=3)
+OPTIONS = CompareOptions(oracle=OracleOptions(seeds=3, refine=1, mode="exhaustive"),
+                         fit=FitOptions(trials=8, seeds=1), eval_seeds=3)
 
 # Worked by hand from docs/design.md, "Which values are trained":
 # - Oracle, cycle 0: the 4 grid values + one refinement round of at most 4 (one per interval edge) = 8 values.
@@ -44,6 +45,8 @@ OPTIONS = CompareOptions(oracle=OracleOptions(seeds=3, refine=1), fit=FitOptions
 # - finals: 5 baselines + 2 SILO variants, x 3 evaluation seeds x 3 cycles = 63.
 HAND_MOST = {"oracle": 84, "silo_fit": 24, "silo_paper": 3 * (3 + 2 * ROUNDS), "baselines_tune": 48, "finals": 63}
 HAND_TYPICAL = {"oracle": 75, "silo_fit": 24, "silo_paper": 15, "baselines_tune": 48, "finals": 63}
+# Racing (the default): the typical Oracle ⌈75 × 0.46⌉ and tuning ⌈48 × 0.31⌉ (estimate.RACING_SHARE).
+HAND_RACING_TYPICAL = HAND_TYPICAL | {"oracle": 35, "baselines_tune": 15}
 
 
 def test_plan_matches_the_hand_count():
@@ -52,6 +55,15 @@ def test_plan_matches_the_hand_count():
     assert {n: p.typical for n, p in phases.items()} == HAND_TYPICAL
     assert all(p.epochs == 30 and p.most_epochs == 30 * p.most for p in phases.values())
     assert [p.name for p in estimate.plan("oracle", SPEC, OPTIONS.oracle)] == ["oracle"]
+
+
+def test_racing_scales_the_typical_oracle_and_tuning_by_the_measured_shares():
+    """At most, and the phases racing leaves alone, are the exhaustive plan's."""
+    racing = dataclasses.replace(OPTIONS, oracle=dataclasses.replace(OPTIONS.oracle, mode="racing"))
+    phases = {p.name: p for p in estimate.plan("compare", SPEC, racing)}
+    assert {n: p.most for n, p in phases.items()} == HAND_MOST
+    assert {n: p.typical for n, p in phases.items()} == HAND_RACING_TYPICAL
+    assert [p.typical for p in estimate.plan("oracle", SPEC, racing.oracle)] == [35]
 
 
 def test_widest_bracket_by_hand():
@@ -125,7 +137,7 @@ def test_oracle_never_trains_more_than_the_plan_says(tmp_path, grid, refine, run
     for i in range(runs):
         runner = RecordingRunner(out=tmp_path / str(i), spec=spec, experiment="plan", fuse=3, rng=rng,
                                  progress=Progress(io.StringIO(), live=False))
-        run_oracle(runner, [0, 1], list(grid), refine=refine)
+        run_oracle(runner, [0, 1], list(grid), refine=refine, mode="exhaustive")
         counts.append((runner.trainings, runner.trials))
         for cycle, values in runner.rounds.items():
             assert len(values) <= 1 + refine and values[0] <= (later if cycle else first), (cycle, values)
@@ -156,7 +168,7 @@ def test_dry_run_with_given_seconds_prints_the_plan_and_writes_nothing(tmp_path,
                         "--out", str(out))
     assert code == 0 and not out.exists()
     assert "precision: fp32" in text and "slots: 2" in text
-    total = sum(HAND_TYPICAL.values()) * 30 * 0.25 / 2
+    total = sum(HAND_RACING_TYPICAL.values()) * 30 * 0.25 / 2  # racing, the default: 570 s
     assert f"estimate: {total:,.0f} s" in text
     assert f"{sum(HAND_MOST.values()):,}" in text  # the total at most
 
@@ -225,7 +237,7 @@ def test_a_real_run_records_its_estimate_and_the_report_prints_it_next_to_the_ti
 
     spec = dataclasses.replace(PRESETS["tiny"].spec, cycles=1, precision="fp32", resources=Resources(max_concurrent=2))
     out = tmp_path / "run"
-    pipeline.oracle(spec, out, OracleOptions(seeds=1, refine=0), seconds_per_epoch=0.01)
+    pipeline.oracle(spec, out, OracleOptions(seeds=1, refine=0, mode="exhaustive"), seconds_per_epoch=0.01)
     record = json.loads((out / ESTIMATE_FILE).read_text())
     # tiny: 3 grid values (0.03, 0.1, 0.3) at cycle 0. Cycle 1: the grid values within x4 of the choice p (all
     # three for p in [0.075, 0.12]) plus p when it is off the grid (4), plus the dense best (5). One seed, no
