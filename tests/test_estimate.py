@@ -292,9 +292,9 @@ def test_on_a_fake_4_gpu_ray_fuse_4_plans_a_quarter_of_the_trials(tmp_path, caps
         ray.shutdown()  # a disconnect: the shared Rays stay up
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 4, "include_dashboard": False})
     try:
-        argv = ("oracle", "--preset", "digits-mlp", "--cycles", "0", "--refine", "0", "--gpus-per-trial", "1",
-                "--precision", "fp32", "--seconds-per-epoch", "0.25", "--dry-run", "--address", cluster.address,
-                "--out", str(tmp_path / "run"))
+        argv = ("oracle", "--oracle", "exhaustive", "--preset", "digits-mlp", "--cycles", "0", "--refine", "0",
+                "--gpus-per-trial", "1", "--precision", "fp32", "--seconds-per-epoch", "0.25", "--dry-run",
+                "--address", cluster.address, "--out", str(tmp_path / "run"))
         plans = {}
         for fuse in ("1", "4", "0"):
             code, text, _ = run(capsys, *argv, "--fuse", fuse)

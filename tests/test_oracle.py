@@ -219,7 +219,8 @@ def test_all_divergent_grid_ends_cleanly_with_a_message(ray_local, tmp_path, cap
 @pytest.mark.slow
 def test_refinement_and_brackets_train_the_same_values_on_every_seed(ray_local, tmp_path):
     out = tmp_path / "run"
-    assert cli.main(["oracle", "--preset", "tiny", "--seeds", "2", "--refine", "2", "--out", str(out)]) == 0
+    assert cli.main(["oracle", "--oracle", "exhaustive", "--preset", "tiny", "--seeds", "2", "--refine", "2",
+                     "--out", str(out)]) == 0
     table = read_results(out)
     grid = list(TINY.grid)
     check_selection_and_chain(table)
