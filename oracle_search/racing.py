@@ -99,6 +99,7 @@ class Race:
 
     def add(self, values: Iterable[float]) -> None:
         self.candidates = sorted({*self.candidates, *(lr_key(v) for v in values)})
+        self.walk = tuple(v for v in self.walk if v not in self.candidates)
 
     def start(self, values: Iterable[float], centre: float | None = None, also: Iterable[float] = ()) -> None:
         """The first candidates: every value, or, given a `centre`, the value nearest it (in ln) with its two
@@ -122,7 +123,6 @@ class Race:
         new = [*(below[-1:] if low in self.alive and self.seeds_of(low) else []),
                *(above[:1] if high in self.alive and self.seeds_of(high) else [])]
         self.add(new)
-        self.walk = tuple(v for v in self.walk if v not in new)
 
     @property
     def alive(self) -> list[float]:
