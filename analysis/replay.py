@@ -35,7 +35,8 @@ import pandas as pd
 from analysis.regret import analyse, completion_targets
 from analysis.select import oracle_trials
 from oracle_search.curve import lr_key
-from oracle_search.racing import RACING_REFINE, Pair, Pool, oracle_race, pool_of, refinement, run_race, tuning_race
+from oracle_search.racing import (RACING_REFINE, Pair, Pool, oracle_race, pool_of, refinement, run_race,
+                                  tuning_race)
 from oracle_search.schema import BASELINES, Method, Stage, read_results, results_frame
 from oracle_search.selection import Curve, bracket, choose, in_set, next_values
 from trainables.atomic import atomic_write_bytes
@@ -143,11 +144,10 @@ def replay_tuning(df: pd.DataFrame, spec: dict, seeds: list[int], dense: Curve) 
     Rows are counted whether RUN trained or reused them (the Oracle's own schedule reuses the Oracle's cycle 0)."""
     grid = sorted(lr_key(g) for g in spec["grid"])
     tuning = df[(df["stage"] == Stage.TUNE.value) & df["method"].isin(BASELINES) & df["seed"].isin(seeds)]
-    records = []
+    records, prior = [], pool_of(dense)
     for name, rows in tuning.groupby("method", sort=True):
         table = {(lr_key(r["max_lr"]), int(r["seed"])): r for r in rows.to_dict("records")}
-        own = name == spec.get("schedule", {}).get("name")  # the Oracle's schedule: no prior (`tune_peaks`)
-        race = tuning_race(seeds, grid, Pool() if own else pool_of(dense), dense.best)
+        race = tuning_race(seeds, grid, prior, dense.best, own=name == spec.get("schedule", {}).get("name"))
         run_race(race, lambda pairs: {p: table[p] for p in pairs if p in table})
         exhaustive = choose(Curve.from_rows(rows, seeds))
         records.append({"schedule": name, "exhaustive_peak": exhaustive.best, "racing_peak": race.curve().best,

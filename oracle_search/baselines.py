@@ -37,10 +37,10 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], se
     to the smaller LR). `racing`: one race per schedule, side by side (oracle_search.racing): a peak shown more than
     0.5 points worse than that schedule's leader gets no more seeds, and each race walks out from the Oracle's dense
     best (`racing.tuning_race`: a peak beyond one so dropped is not trained). Each race starts from the pool of the
-    Oracle's cycle-0 curve on the same seeds where this folder holds one: the same network from the same initialisation,
-    trained one cycle on the same seeds, differing only in the schedule's shape, so a paired difference's seed
-    noise is taken to be the same (docs/design.md, "Racing"). The Oracle's own schedule gets no prior: its
-    cycle-0 tuning trainings are the Oracle's (reused), so the prior would count their residuals twice."""
+    Oracle's cycle-0 curve on the same seeds where this folder holds one: the same network from the same
+    initialisation, trained one cycle on the same seeds, differing only in the schedule's shape, so a paired
+    difference's seed noise is taken to be the same (docs/design.md, "Racing"); the Oracle's own schedule gets none
+    (`racing.tuning_race`)."""
     spec = runner.spec
     if racing:
         dense = dense_curve(pd.DataFrame(runner.ledger.rows()), seeds)
@@ -49,8 +49,7 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], se
             runner.progress.say(f"  baselines: racing from the Oracle's cycle-0 pool (sd {prior.sd:.2f} points, "
                                 f"{prior.df} df)")
         centre = dense.best if dense is not None else None
-        races = {name: tuning_race(seeds, grid, prior if name != spec.schedule.name else Pool(), centre)
-                 for name in schedules}
+        races = {name: tuning_race(seeds, grid, prior, centre, own=name == spec.schedule.name) for name in schedules}
 
         run_races(races, Streaming(runner, lambda name, pair: tune_trial(spec, name, *pair)), runner.slots())
         curves = {name: race.curve() for name, race in races.items()}

@@ -272,10 +272,12 @@ def oracle_race(seeds: list[int], values: list[float], refine: int, prior: Pool,
     return race
 
 
-def tuning_race(seeds: list[int], grid: list[float], prior: Pool, centre: float | None) -> Race:
+def tuning_race(seeds: list[int], grid: list[float], prior: Pool, centre: float | None, own: bool) -> Race:
     """A baseline schedule's peak-LR race over the grid (the driver's and replay's), walking from `centre` (the
-    Oracle's dense best) when one is known."""
-    race = Race(Settings(tuple(seeds), most_candidates=len(grid)), prior)
+    Oracle's dense best) when one is known, with `prior` (the Oracle's cycle-0 pool). The Oracle's `own` schedule
+    gets no prior: its tuning trainings are the Oracle's cycle 0, reused, so the prior would count their residuals
+    twice."""
+    race = Race(Settings(tuple(seeds), most_candidates=len(grid)), Pool() if own else prior)
     race.start(grid, centre)
     return race
 
