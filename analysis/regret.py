@@ -9,7 +9,9 @@ The definitions are docs/design.md's "Regret and controls", followed exactly:
   over S without s (a leave-one-out Oracle, so the Oracle's own selection noise is not counted against x).
 - Controls: `constant_dense` (the value the Oracle chained at cycle 0, kept) and `constant_best` (the best single
   value in hindsight, an optimistic control).
-- Verdict: per-seed advantages summed over cycles 1..L, a 95 % t interval, and the seeds 80 % power would need.
+- Verdict: per-seed advantages summed over cycles 1..L, a 95 % t interval, labelled by `statistics.label` against
+  a margin of `margin_per_cycle` × L points (summed like the advantage): equivalent (the interval inside ±margin),
+  better, worse, inconclusive or undefined; and the seeds 80 % power would need.
 """
 from __future__ import annotations
 
@@ -23,12 +25,12 @@ from analysis.select import final_rows, last_cycle, oracle_trials, silo_max_lr_b
 from oracle_search.curve import Curve, best_of, lr_key, refuse_duplicates
 from oracle_search.schema import Method
 from oracle_search.selection import RESOLUTION, choose
-from oracle_search.statistics import mean_interval, seeds_needed
+from oracle_search.statistics import MARGIN_PER_CYCLE, label, mean_interval, seeds_needed
 
 CONTROLS = ("constant_dense", "constant_best")
 VERSUS = ("oracle", *CONTROLS)
 REGRET_COLUMNS = ["schedule", "cycle", "max_lr", "regret", "ci_lo", "ci_hi", "n"]
-VERDICT_COLUMNS = ["schedule", "versus", "advantage", "ci_lo", "ci_hi", "n", "verdict", "seeds_needed"]
+VERDICT_COLUMNS = ["schedule", "versus", "advantage", "ci_lo", "ci_hi", "n", "verdict", "margin", "seeds_needed"]
 END_TO_END_COLUMNS = [*VERDICT_COLUMNS, "diverged", "versus_diverged", "seeds"]
 WARMUP = Method.WARMUP.value
 
@@ -136,18 +138,20 @@ def regret_frame(curves: Curves, lrs: dict[str, dict[int, float]]) -> pd.DataFra
     return pd.DataFrame(records, columns=REGRET_COLUMNS)
 
 
-def _judge(adv: np.ndarray | None, n: int) -> dict:
-    """advantage, CI, verdict and seeds_needed of per-seed advantages (None: undefined)."""
+def _judge(adv: np.ndarray | None, n: int, margin: float) -> dict:
+    """advantage, CI, verdict (`statistics.label` against `margin`, the summed margin), margin and seeds_needed of
+    per-seed advantages (None: undefined). seeds_needed is for better/worse/inconclusive (the seeds that would
+    exclude 0); empty for equivalent."""
     if adv is None:
         return {"advantage": math.nan, "ci_lo": math.nan, "ci_hi": math.nan, "verdict": "undefined",
-                "seeds_needed": pd.NA}
+                "margin": margin, "seeds_needed": pd.NA}
     mean, lo, hi = mean_interval(adv)
     if n < 2:
         return {"advantage": mean, "ci_lo": math.nan, "ci_hi": math.nan, "verdict": "undefined",
-                "seeds_needed": pd.NA}
-    verdict = "better" if lo > 0 else "worse" if hi < 0 else "indistinguishable"
-    need = seeds_needed(adv)
-    return {"advantage": mean, "ci_lo": lo, "ci_hi": hi, "verdict": verdict,
+                "margin": margin, "seeds_needed": pd.NA}
+    verdict = label(lo, hi, margin)
+    need = seeds_needed(adv) if verdict != "equivalent" else None
+    return {"advantage": mean, "ci_lo": lo, "ci_hi": hi, "verdict": verdict, "margin": margin,
             "seeds_needed": pd.NA if need is None else need}
 
 
@@ -176,18 +180,22 @@ def _advantage(curves: Curves, a: dict[int, float], b: dict[int, float] | None) 
 def _frame(records: list[dict], columns: list[str]) -> pd.DataFrame:
     frame = pd.DataFrame(records, columns=columns)
     frame["seeds_needed"] = frame["seeds_needed"].astype("Int64")
+    frame["margin"] = frame["margin"].astype(float)
     return frame
 
 
-def verdict_frame(curves: Curves, lrs: dict[str, dict[int, float]], silo: list[str]) -> pd.DataFrame:
-    """tables/verdict.csv: each SILO variant in `silo` against `oracle`, `constant_dense` and `constant_best`."""
+def verdict_frame(curves: Curves, lrs: dict[str, dict[int, float]], silo: list[str],
+                  margin_per_cycle: float = MARGIN_PER_CYCLE) -> pd.DataFrame:
+    """tables/verdict.csv: each SILO variant in `silo` against `oracle`, `constant_dense` and `constant_best`,
+    labelled against margin = `margin_per_cycle` × L."""
     if not curves.seeds:
         return _frame([], VERDICT_COLUMNS)
+    margin = margin_per_cycle * max(curves.last, 0)
     records = []
     for method in silo:
         for versus in VERSUS:
             adv = _advantage(curves, lrs[method], None if versus == "oracle" else lrs[versus])
-            records.append({"schedule": method, "versus": versus, "n": curves.n, **_judge(adv, curves.n)})
+            records.append({"schedule": method, "versus": versus, "n": curves.n, **_judge(adv, curves.n, margin)})
     return _frame(records, VERDICT_COLUMNS)
 
 
@@ -207,13 +215,16 @@ def _chains(rows: pd.DataFrame, last: int) -> tuple[dict[int, pd.Series], set[in
     return whole, diverged
 
 
-def end_to_end_frame(df: pd.DataFrame, last: int, versus: str = WARMUP) -> pd.DataFrame:
+def end_to_end_frame(df: pd.DataFrame, last: int, versus: str = WARMUP,
+                     margin_per_cycle: float = MARGIN_PER_CYCLE) -> pd.DataFrame:
     """Each SILO variant's own final chains against `versus`'s (LR warmup: the dense-tuned peak kept), on the
-    evaluation seeds both ran: per seed Σ_{m=1..L} (test_acc_A − test_acc_B), with CI and seeds_needed. A seed
-    whose chain diverged for either method is left out of the pairs and counted in `diverged`/`versus_diverged`."""
+    evaluation seeds both ran: per seed Σ_{m=1..L} (test_acc_A − test_acc_B), with CI, the verdict against
+    margin = `margin_per_cycle` × L, and seeds_needed. A seed whose chain diverged for either method is left out of
+    the pairs and counted in `diverged`/`versus_diverged`."""
     theirs = final_rows(df, versus)
     if theirs.empty:
         return _frame([], END_TO_END_COLUMNS)
+    margin = margin_per_cycle * max(last, 0)
     b, b_div = _chains(theirs, last)
     records = []
     for method in silo_methods(df):
@@ -221,7 +232,7 @@ def end_to_end_frame(df: pd.DataFrame, last: int, versus: str = WARMUP) -> pd.Da
         seeds = sorted(set(a) & set(b))
         adv = np.array([sum(a[s][m] - b[s][m] for m in range(1, last + 1)) for s in seeds], dtype=float)
         records.append({"schedule": method, "versus": versus, "n": len(seeds),
-                        **_judge(adv if seeds else None, len(seeds)), "diverged": len(a_div),
+                        **_judge(adv if seeds else None, len(seeds), margin), "diverged": len(a_div),
                         "versus_diverged": len(b_div), "seeds": " ".join(map(str, seeds))})
     return _frame(records, END_TO_END_COLUMNS)
 
@@ -237,6 +248,7 @@ class Regret:
     verdict: pd.DataFrame  # tables/verdict.csv
     end_to_end: pd.DataFrame  # tables/end_to_end.csv
     last: int  # L
+    margin_per_cycle: float = MARGIN_PER_CYCLE  # the verdicts' margin is this × L points (their `margin` column)
 
     def control_lr(self, name: str) -> float:
         """A control's constant max_lr, NaN without one."""
@@ -244,10 +256,12 @@ class Regret:
         return values.pop() if values else math.nan
 
 
-def analyse(df: pd.DataFrame) -> Regret:
-    """The regret, the verdict and the end-to-end comparison of a results table."""
+def analyse(df: pd.DataFrame, margin_per_cycle: float = MARGIN_PER_CYCLE) -> Regret:
+    """The regret, the verdict and the end-to-end comparison of a results table; every label against a margin of
+    `margin_per_cycle` points per compared cycle (summed over cycles 1..L, like the advantage)."""
     curves = oracle_curves(df)
     lrs = schedules(df, curves)
     last = last_cycle(df)
-    return Regret(curves, lrs, regret_frame(curves, lrs), verdict_frame(curves, lrs, silo_methods(df)),
-                  end_to_end_frame(df, last), last)
+    return Regret(curves, lrs, regret_frame(curves, lrs),
+                  verdict_frame(curves, lrs, silo_methods(df), margin_per_cycle),
+                  end_to_end_frame(df, last, margin_per_cycle=margin_per_cycle), last, margin_per_cycle)

@@ -361,21 +361,25 @@ def _judgement_cells(data: pd.DataFrame) -> dict[str, object]:
         "advantage (points)": data["advantage"].map(lambda a: DASH if pd.isna(a) else f"{a:+.2f}"),
         "95 % CI": [ci_text(lo, hi) for lo, hi in zip(data["ci_lo"], data["ci_hi"])],
         "verdict": data["verdict"],
+        "margin": data["margin"].map(lambda m: DASH if pd.isna(m) else f"±{m:.2f}"),
         "seeds needed": data["seeds_needed"].map(lambda k: DASH if pd.isna(k) else str(int(k))),
         "n": data["n"].astype(str),
     }
 
 
-VERDICT_MARKS = {"better": "▲ better", "worse": "▼ worse", "indistinguishable": "≈ indistinguishable",
-                 "undefined": "– undefined"}
+VERDICT_MARKS = {"better": "▲ better", "worse": "▼ worse", "equivalent": "= equivalent",
+                 "inconclusive": "? inconclusive", "undefined": "– undefined"}
 
 
 def _answer_cell(row: pd.Series) -> str:
-    """Verdict word (with a mark, so it reads without colour), advantage, 95 % CI; the seeds that would tell."""
+    """Verdict word (with a mark, so it reads without colour), advantage, 95 % CI; the margin an equivalence is
+    within; the seeds that would tell an inconclusive one."""
     if row["verdict"] == "undefined":
         return VERDICT_MARKS["undefined"] + (f" (n = {row['n']} < 2)" if row["n"] < 2 else " (outside the values)")
     cell = f"{VERDICT_MARKS[row['verdict']]} {row['advantage']:+.2f} {ci_text(row['ci_lo'], row['ci_hi'])}"
-    if row["verdict"] == "indistinguishable" and row["advantage"] != 0:
+    if row["verdict"] == "equivalent":
+        cell += f" within ±{row['margin']:.2f}"
+    if row["verdict"] == "inconclusive" and row["advantage"] != 0:
         cell += "; > 1000 seeds to tell" if pd.isna(row["seeds_needed"]) else f"; ~{int(row['seeds_needed'])} seeds to tell"
     return cell
 
@@ -393,11 +397,15 @@ def answer_table(r: Regret) -> Table | None:
                                                      rows.set_index("versus").iterrows()}}
                           for method, rows in data.groupby("schedule", sort=False)])
     n = int(data["n"].iloc[0])
+    margin = float(data["margin"].iloc[0])
     verdict = (f"Does SILO beat not adapting (constant_dense: the Oracle's dense choice kept) and the best constant "
                f"in hindsight (constant_best, optimistic), and how far is it from the Oracle? Validation accuracy on "
                f"the Oracle's chain summed over cycles 1–{r.last}, SILO minus the other, in points with its 95 % CI, "
-               f"n = {n} tuning seeds. ▲ better / ▼ worse: the CI excludes 0; ≈ indistinguishable: it does not. "
-               f"{len(data)} comparisons, not corrected for multiplicity.")
+               f"n = {n} tuning seeds. = equivalent: the CI lies inside ±{margin:.2f} points ({r.margin_per_cycle:g} "
+               f"per compared cycle, summed like the advantage; bounds inclusive), even where it excludes 0; "
+               f"otherwise ▲ better / ▼ worse: the CI excludes 0; ? inconclusive: neither. {len(data)} comparisons, "
+               f"not corrected for multiplicity. These labels are conditional on this run's choices (the dense choice, "
+               f"δ, b, silo_fit's study); replicates of the whole study (compare --replicates R) measure that noise.")
     return Table("answer", "The answer", cells, data, verdict)
 
 

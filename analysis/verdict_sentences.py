@@ -22,9 +22,15 @@ def _need(seeds: object) -> str:
     return "more than 1000 seeds would be needed" if pd.isna(seeds) else f"about {int(seeds)} seeds would tell"
 
 
+def margin_text(margin: object) -> str:
+    """±m points, or a dash without a margin."""
+    return DASH if pd.isna(margin) else f"±{margin:.2f} points"
+
+
 def judged(row: pd.Series, name: str) -> str:
-    """One comparison in words: better, worse, not distinguishable (with the seeds needed), or not comparable. A
-    comparison whose seeds all gave the same difference says so: its interval has no width to trust."""
+    """One comparison in words: better, worse, equivalent (the 95 % CI inside ±margin), inconclusive (with the seeds
+    needed), or not comparable. A comparison whose seeds all gave the same difference says so: its interval has no
+    width to trust."""
     if row["verdict"] == "undefined":
         why = (f"n = {row['n']} < 2 seeds" if row["n"] < 2 else
                "a max_lr lies outside the values the Oracle trained on every seed, or next to a diverged one")
@@ -32,12 +38,15 @@ def judged(row: pd.Series, name: str) -> str:
     numbers = f"{row['advantage']:+.2f} points (95 % CI {ci_text(row['ci_lo'], row['ci_hi'])})"
     if row["ci_lo"] == row["ci_hi"] and row["advantage"] != 0:
         numbers += f", zero spread: all {row['n']} seeds gave the same difference"
+    if row["verdict"] == "equivalent":
+        return f"is equivalent to {name} within {margin_text(row['margin'])}: {numbers}"
     if row["verdict"] == "better":
         return f"beats {name}: {numbers}"
     if row["verdict"] == "worse":
         return f"loses to {name}: {numbers}"
     need = "no difference at all" if row["advantage"] == 0 else _need(row["seeds_needed"])
-    return f"is not distinguishable from {name} at n = {row['n']}: {numbers}, {need}"
+    return (f"is inconclusive against {name} at n = {row['n']} (neither a difference nor equivalence within "
+            f"{margin_text(row['margin'])} shown): {numbers}, {need}")
 
 
 def control_names(r: Regret) -> dict[str, str]:

@@ -1,9 +1,15 @@
-"""The one t interval every decision and table rests on, and the seeds a comparison would need.
+"""The one t interval every decision and table rests on, the one label rule, and the seeds (or replicates) a
+comparison would need.
 
 Every interval in the product is a Student-t interval for the mean of paired differences d (or of per-seed
 accuracies): mean ± t(q, n−1)·sd(d)/√n with the sample sd (ddof 1). Two-sided at `TWO_SIDED` (q = 0.975) for the
 regret, the verdict and the tables; one-sided at `ONE_SIDED` (q = 0.95) for the Oracle's "not shown worse" and
-"shown within 0.5" sets. `half_width` is the only place a t quantile is taken.
+"shown within 0.5" sets. `half_width` is the only place a t quantile is taken (`p_value` reads the t tail at
+an observed statistic, which is no quantile).
+
+`label` is the one verdict rule, within a run (per-seed advantages, `analysis.regret`) and over replicates of the
+whole study (per-replicate advantages, `analysis.replicates`): equivalent / better / worse / inconclusive /
+undefined from the 95 % interval and a margin of `MARGIN_PER_CYCLE` points per compared cycle.
 """
 from __future__ import annotations
 
@@ -62,3 +68,117 @@ def seeds_needed(d) -> int | None:
         if half_width(sd, n, TWO_SIDED, "two") + half_width(sd, n, POWER, "one") < effect:
             return n
     return None
+
+
+# --- one label rule, within a run and over replicates --------------------------------------------------------------
+
+MARGIN_PER_CYCLE = 0.5  # points per compared cycle: the paper's interval tolerance; a comparison sums it like the
+# advantage, so its margin is MARGIN_PER_CYCLE × L over cycles 1..L
+EQUIVALENCE_POWER = 0.90  # one-sided quantile of `replicates_needed`'s equivalence branch (80 % power of TOST at 0)
+ALPHA = 1 - TWO_SIDED  # 0.05: the level of the p-values and of `holm`
+
+
+def _nan(x) -> bool:
+    """None, NaN and pandas' NA alike."""
+    try:
+        return math.isnan(float(x))
+    except TypeError:
+        return True
+
+
+def label(lo, hi, margin) -> str:
+    """The verdict of a comparison from its two-sided 95 % interval [lo, hi] of the advantage and its margin:
+    - "equivalent" when −margin ≤ lo and hi ≤ margin: the interval lies inside ±margin, bounds inclusive (an
+      interval that touches ±margin is inside). Checked first, so it wins over "better"/"worse" when both hold
+      (a difference shown but smaller than the margin is reported as equivalent);
+    - else "better" when lo > 0, "worse" when hi < 0 (strict: an interval that touches 0 shows no difference);
+    - else "inconclusive";
+    - "undefined" when lo or hi is NaN (no interval). The same rule within a run (per-seed advantages) and over
+      replicates (per-replicate advantages)."""
+    if _nan(lo) or _nan(hi):
+        return "undefined"
+    if -margin <= lo and hi <= margin:
+        return "equivalent"
+    if lo > 0:
+        return "better"
+    if hi < 0:
+        return "worse"
+    return "inconclusive"
+
+
+def sd_upper(sd, n, confidence: float = POWER) -> float:
+    """Upper one-sided `confidence` bound on a normal population's sd from a sample sd of n values:
+    sd·√((n − 1)/χ²(1 − confidence, n − 1)). NaN for n < 2. (n = 3 at 0.80: χ²(0.2, 2) = 0.4463, factor
+    2.1169.)"""
+    if n < 2 or _nan(sd):
+        return math.nan
+    return float(sd) * math.sqrt((n - 1) / stats.chi2.ppf(1 - confidence, n - 1))
+
+
+def holm(pvalues, alpha: float = ALPHA) -> list[bool]:
+    """Holm's step-down: with the m defined p-values sorted p_(1) ≤ … ≤ p_(m), reject H_(k) while
+    p_(k) ≤ alpha/(m − k + 1) and stop at the first that is not. NaN p-values are not hypotheses: False, and not
+    counted in m. Returns, per input p-value in its order, whether it is rejected."""
+    p = np.asarray(pvalues, dtype=float)
+    out = [False] * len(p)
+    order = [int(i) for i in np.argsort(p, kind="stable") if not math.isnan(p[i])]
+    m = len(order)
+    for k, i in enumerate(order):
+        if p[i] > alpha / (m - k):
+            break
+        out[i] = True
+    return out
+
+
+def p_value(values, verdict: str, margin: float) -> float:
+    """The p-value of the hypothesis a verdict rests on, from the values (one per replicate), consistent with the
+    two-sided `TWO_SIDED` interval `label` reads (t with n − 1 df, se = sd/√n):
+    - "better", "worse", "inconclusive": the two-sided one-sample t-test of mean 0, so p < 0.05 exactly when the
+      interval excludes 0;
+    - "equivalent": TOST, p = min(1, 2·max(p_lower, p_upper)) of the one-sided tests of mean ≤ −margin
+      (p_lower = P(T ≥ (mean + margin)/se)) and mean ≥ +margin (p_upper = P(T ≤ (mean − margin)/se)). Doubling
+      makes each one-sided test a 2.5 % test, so p ≤ 0.05 exactly when the 95 % two-sided interval lies inside
+      ±margin (the label's rule; at lo = −margin or hi = margin exactly, p = 0.05), not the usual 90 % TOST.
+    NaN for "undefined" or fewer than two values. With zero spread (`zero_spread`: sd 0) the test degenerates:
+    0 when the label holds (equivalent: |mean| ≤ margin; otherwise mean ≠ 0), else 1."""
+    d = np.asarray(values, dtype=float)
+    if verdict == "undefined" or len(d) < 2:
+        return math.nan
+    n, mean, sd = len(d), float(np.mean(d)), float(np.std(d, ddof=1))
+    if zero_spread(d) or sd == 0:
+        holds = abs(mean) <= margin if verdict == "equivalent" else mean != 0
+        return 0.0 if holds else 1.0
+    se = sd / math.sqrt(n)
+    if verdict == "equivalent":
+        p_lower = float(stats.t.sf((mean + margin) / se, n - 1))
+        p_upper = float(stats.t.cdf((mean - margin) / se, n - 1))
+        return min(1.0, 2 * max(p_lower, p_upper))
+    return float(2 * stats.t.sf(abs(mean) / se, n - 1))
+
+
+def replicates_needed(values, margin: float, verdict: str) -> int | None:
+    """How many replicates a comparison would need, planned with sd' = `sd_upper`(sample sd, R) (an 80 % upper
+    bound, so R = 2 or 3 replicates do not plan with a lucky small sd):
+    - "inconclusive" or "equivalent": the smallest n ≥ 2 with half_width(sd', n, two-sided 95 %) +
+      half_width(sd', n, one-sided 0.90) ≤ margin: the replicates that would show equivalence (the 95 % interval
+      inside ±margin) with 80 % power if the true difference were 0;
+    - "better" or "worse": the smallest n ≥ 2 with half_width(sd', n, two-sided 95 %) + half_width(sd', n,
+      one-sided 0.80) < |mean|: the replicates that would reproduce the label with 80 % power if the true effect
+      were the observed one. Optimistic (the observed effect of a label that was selected for being significant
+      overstates the true one): a reading of how far the label is from the edge, not a plan.
+    None for "undefined", with fewer than two values, when sd is 0 (`zero_spread`) or undefined, or when n would
+    exceed `MAX_SEEDS`. A search (t depends on n), vectorised over n = 2..MAX_SEEDS."""
+    d = np.asarray(values, dtype=float)
+    if verdict not in ("better", "worse", "inconclusive", "equivalent") or len(d) < 2:
+        return None
+    sd = float(np.std(d, ddof=1))
+    if zero_spread(d) or not sd > 0:
+        return None
+    sd_ = sd_upper(sd, len(d))
+    n = np.arange(2, MAX_SEEDS + 1)
+    two = half_width(sd_, n, TWO_SIDED, "two")
+    if verdict in ("inconclusive", "equivalent"):
+        ok = two + half_width(sd_, n, EQUIVALENCE_POWER, "one") <= margin
+    else:
+        ok = two + half_width(sd_, n, POWER, "one") < abs(float(np.mean(d)))
+    return int(n[np.argmax(ok)]) if ok.any() else None

@@ -124,10 +124,12 @@ def test_regret_per_schedule_and_cycle():
         assert by.loc[("silo_fit", cycle), ["regret", "ci_lo", "ci_hi"]].isna().all()
 
 
-def test_verdict_decisive_indistinguishable_and_undefined():
+def test_verdict_decisive_inconclusive_and_undefined():
     got = verdict_table(table())
-    assert list(got.columns) == ["schedule", "versus", "advantage", "ci_lo", "ci_hi", "n", "verdict", "seeds_needed"]
+    assert list(got.columns) == ["schedule", "versus", "advantage", "ci_lo", "ci_hi", "n", "verdict", "margin",
+                                 "seeds_needed"]
     assert got["n"].eq(3).all()
+    assert got["margin"].eq(1.0).all()  # 0.5 points per compared cycle × L = 2, on every row (undefined ones too)
     by = got.set_index(["schedule", "versus"])
     # silo_paper − constant_dense: cycle 1 same value; cycle 2 [71,72,73] − [74,75,76]: adv = [−3,−3,−3].
     row = by.loc[("silo_paper", "constant_dense")]
@@ -138,13 +140,13 @@ def test_verdict_decisive_indistinguishable_and_undefined():
     row = by.loc[("silo_paper", "oracle")]
     assert row.advantage == pytest.approx(-10 / 3)
     assert (row.ci_lo, row.ci_hi) == pytest.approx(ci(-10 / 3, math.sqrt(7 / 3), 3, T2))
-    assert row.verdict == "indistinguishable"
+    assert row.verdict == "inconclusive"  # [−7.13, +0.46]: holds 0, and is not inside ±1
     # silo_paper − constant_best: [1,−2,1] + [−4,−5,−3] = [−3,−7,−2]: mean −4, sd √7. seeds_needed by hand:
     # n' = 5: (2.776 + 0.941)·√7/√5 = 4.40 > 4; n' = 6: (2.571 + 0.920)·√7/√6 = 3.77 < 4.
     row = by.loc[("silo_paper", "constant_best")]
     assert row.advantage == pytest.approx(-4)
     assert (row.ci_lo, row.ci_hi) == pytest.approx(ci(-4, math.sqrt(7), 3, T2))
-    assert row.verdict == "indistinguishable" and row.seeds_needed == 6
+    assert row.verdict == "inconclusive" and row.seeds_needed == 6
     # silo_fit is undefined at cycles 1 and 2: every verdict undefined, nothing else given.
     for versus in ("oracle", "constant_dense", "constant_best"):
         row = by.loc[("silo_fit", versus)]
@@ -153,19 +155,20 @@ def test_verdict_decisive_indistinguishable_and_undefined():
 
 
 def test_a_constant_schedule_through_the_verdict_control():
-    """A SILO variant that keeps 0.4 at every cycle is constant_best itself: advantage exactly 0 (no
-    seeds_needed), and against the Oracle −R_s(0.4) = −([0,−2,0] + [0,0,0]) = [0, 2, 0]."""
+    """A SILO variant that keeps 0.4 at every cycle is constant_best itself: advantage exactly 0, its interval
+    [0, 0] inside ±1 (margin 0.5 × L = 2): equivalent, no seeds_needed; and against the Oracle
+    −R_s(0.4) = −([0,−2,0] + [0,0,0]) = [0, 2, 0]."""
     df = results_frame(oracle(CYCLES, DIVERGED) + final("silo_fit", {0: 0.4, 1: 0.4, 2: 0.4}))
     by = verdict_table(df).set_index(["schedule", "versus"])
     row = by.loc[("silo_fit", "constant_best")]
-    assert (row.advantage, row.ci_lo, row.ci_hi, row.verdict) == (0, 0, 0, "indistinguishable")
+    assert (row.advantage, row.ci_lo, row.ci_hi, row.verdict, row.margin) == (0, 0, 0, "equivalent", 1.0)
     assert pd.isna(row.seeds_needed)
     row = by.loc[("silo_fit", "oracle")]
-    assert row.advantage == pytest.approx(2 / 3) and row.verdict == "indistinguishable"
+    assert row.advantage == pytest.approx(2 / 3) and row.verdict == "inconclusive"
     assert (row.ci_lo, row.ci_hi) == pytest.approx(ci(2 / 3, math.sqrt(4 / 3), 3, T2))
     # constant_dense (0.2): [80,80,83] − ... adv = (a(0.4) − a(0.2)) summed: [−1,2,−1] + [1,2,0] = [0,4,−1].
     row = by.loc[("silo_fit", "constant_dense")]
-    assert row.advantage == pytest.approx(1) and row.verdict == "indistinguishable"
+    assert row.advantage == pytest.approx(1) and row.verdict == "inconclusive"
     assert (row.ci_lo, row.ci_hi) == pytest.approx(ci(1, math.sqrt(7), 3, T2))
 
 
@@ -201,11 +204,54 @@ def test_end_to_end_pairs_evaluation_seeds_and_leaves_out_diverged_chains():
     assert row.versus == "warmup" and row.n == 2 and row.diverged == 1 and row.versus_diverged == 0
     assert row.advantage == pytest.approx(2)
     assert (row.ci_lo, row.ci_hi) == pytest.approx(ci(2, math.sqrt(2), 2, T1))
-    assert row.verdict == "indistinguishable" and row.seeds == "10 11"
+    assert row.verdict == "inconclusive" and row.seeds == "10 11"
     row = by.loc["silo_fit"]
     assert (row.n, row.advantage, row.ci_lo, row.ci_hi, row.verdict) == (
-        3, pytest.approx(2), pytest.approx(2), pytest.approx(2), "better")
+        3, pytest.approx(2), pytest.approx(2), pytest.approx(2), "better")  # [2, 2] is not inside ±1
+    assert row.margin == 1.0  # 0.5 × L = 2, L the Oracle's last cycle
     assert pd.isna(row.seeds_needed)  # zero spread
+
+
+def e2e_table() -> pd.DataFrame:
+    """The end-to-end rows above: silo_fit = warmup + 1 at cycles 1 and 2 on seeds 10-12, so its per-seed advantage
+    is exactly [2, 2, 2] (integers: no rounding), CI [2, 2]."""
+    warm = {10: [80, 78, 75], 11: [81, 79, 76], 12: [80, 77, 74]}
+    fit = {s: [a[0], a[1] + 1, a[2] + 1] for s, a in warm.items()}
+    lrs = {0: 0.2, 1: 0.2, 2: 0.2}
+    return results_frame(oracle(CYCLES, DIVERGED) + final("warmup", lrs, warm) + final("silo_fit", lrs, fit))
+
+
+def test_equivalent_within_a_run_at_the_margin_and_just_outside():
+    """CI [2, 2] over L = 2 cycles. margin_per_cycle 1.0: margin 1.0 × 2 = 2.0, hi = 2 ≤ 2 (bounds inclusive) and
+    lo = 2 ≥ −2: equivalent, which wins over better (lo > 0 holds too); no seeds_needed. margin_per_cycle 0.999:
+    margin 1.998 < hi = 2: just outside, so better. The default 0.5: margin 1, better (as above)."""
+    row = analyse(e2e_table(), margin_per_cycle=1.0).end_to_end.set_index("schedule").loc["silo_fit"]
+    assert (row.ci_lo, row.ci_hi, row.margin, row.verdict) == (2, 2, 2.0, "equivalent")
+    assert pd.isna(row.seeds_needed)
+    row = analyse(e2e_table(), margin_per_cycle=0.999).end_to_end.set_index("schedule").loc["silo_fit"]
+    assert (row.margin, row.verdict) == (pytest.approx(1.998), "better")
+    r = analyse(e2e_table())
+    assert r.margin_per_cycle == 0.5 and r.end_to_end.set_index("schedule").loc["silo_fit", "verdict"] == "better"
+
+
+def test_equivalent_within_a_run_on_the_oracle_chain():
+    """silo_fit keeping 0.4 against constant_dense (0.2): adv = [0, 4, −1] (above), mean 1, sd √7, half-width
+    t(0.975, 2)·√7/√3 = 4.3027·1.5275 = 6.572: CI [−5.572, +7.572]. margin_per_cycle 4: margin 8 ≥ 7.572 and
+    −8 ≤ −5.572: equivalent (seeds_needed empty). margin_per_cycle 3.7: margin 7.4 < 7.572: inconclusive, and the
+    seeds that would exclude 0 are given. The label applies to the Oracle and both controls alike; the margin is
+    on every row, undefined ones too."""
+    df = results_frame(oracle(CYCLES, DIVERGED) + final("silo_fit", {0: 0.4, 1: 0.4, 2: 0.4}))
+    lo, hi = ci(1, math.sqrt(7), 3, T2)
+    assert (lo, hi) == pytest.approx((-5.572, 7.572), abs=1e-3)
+    wide = analyse(df, margin_per_cycle=4).verdict.set_index(["schedule", "versus"])
+    assert wide["margin"].eq(8.0).all()
+    row = wide.loc[("silo_fit", "constant_dense")]
+    assert (row.advantage, row.verdict) == (pytest.approx(1), "equivalent") and pd.isna(row.seeds_needed)
+    # against the Oracle: [0, 2, 0], CI 2/3 ± 4.3027·√(4/3)/√3 = [−2.202, +3.535], inside ±8 too
+    assert wide.loc[("silo_fit", "oracle"), "verdict"] == "equivalent"
+    narrow = analyse(df, margin_per_cycle=3.7).verdict.set_index(["schedule", "versus"])
+    row = narrow.loc[("silo_fit", "constant_dense")]
+    assert (row.margin, row.verdict) == (pytest.approx(7.4), "inconclusive") and not pd.isna(row.seeds_needed)
 
 
 def test_no_oracle_rows_give_empty_tables():

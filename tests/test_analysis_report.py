@@ -1,4 +1,4 @@
-"""`oracle-search report DIR` on hand-made results tables written with `oracle_search.schema.write_results`:
+"""`oracle-search report RUN` on hand-made results tables written with `oracle_search.schema.write_results`:
 every table and figure, the verdict against the controls first and the settings last, a self-contained HTML page,
 the three sets' columns in tables/oracle.csv, and tables/regret.csv and tables/verdict.csv."""
 from __future__ import annotations
@@ -144,7 +144,7 @@ def test_the_answer_comes_first_and_the_settings_last(report):
     header = table.splitlines()[0]
     assert re.search(r"\| SILO +\| +vs the Oracle +\| +vs not adapting \(max_lr 0\.08\) +\| vs the best constant "
                      r"\(max_lr 0\.32, optimistic\) +\|", header), header
-    cell = r"(▲ better|▼ worse|≈ indistinguishable) [+-]\d+\.\d\d \[[+-]\d+\.\d\d, [+-]\d+\.\d\d\]"
+    cell = r"(▲ better|▼ worse|= equivalent|\? inconclusive) [+-]\d+\.\d\d \[[+-]\d+\.\d\d, [+-]\d+\.\d\d\]"
     for variant in ("SILO (paper)", "SILO (fit)"):
         row = next(line for line in table.splitlines() if line.startswith(f"| {variant} "))
         assert len(re.findall(cell, row)) == 3, row
@@ -204,8 +204,8 @@ def test_html_is_self_contained_with_the_answer_first(report):
     assert "vs not adapting (max_lr 0.08)" in first_table and "SILO (fit)" in first_table
     assert page.index("<table>") < page.index("<img")  # the verdict table before any figure
     assert page.index("constant_best") < page.index("<table>")
-    # better / worse / indistinguishable told apart by a mark and a word, not by colour alone
-    assert re.search(r"<td>(▲ better|▼ worse|≈ indistinguishable) ", first_table)
+    # better / worse / equivalent / inconclusive told apart by a mark and a word, not by colour alone
+    assert re.search(r"<td>(▲ better|▼ worse|= equivalent|\? inconclusive) ", first_table)
 
 
 def in_set_by_hand(x: float, members: pd.DataFrame) -> bool:
@@ -247,11 +247,11 @@ def test_regret_and_verdict_csvs_follow_the_contract(report):
     assert (regret.groupby("schedule")["cycle"].apply(list) == [list(range(CYCLES + 1))] * 4).all()
     assert regret["n"].eq(3).all()
     verdict = pd.read_csv(out / "tables/verdict.csv")
-    assert list(verdict.columns) == ["schedule", "versus", "advantage", "ci_lo", "ci_hi", "n", "verdict",
+    assert list(verdict.columns) == ["schedule", "versus", "advantage", "ci_lo", "ci_hi", "n", "verdict", "margin",
                                      "seeds_needed"]
     assert list(zip(verdict["schedule"], verdict["versus"])) == [
         (m, v) for m in ("silo_paper", "silo_fit") for v in ("oracle", "constant_dense", "constant_best")]
-    assert set(verdict["verdict"]) <= {"better", "worse", "indistinguishable", "undefined"}
+    assert set(verdict["verdict"]) <= {"better", "worse", "equivalent", "inconclusive", "undefined"}
     e2e = pd.read_csv(out / "tables/end_to_end.csv")
     assert e2e["versus"].eq("warmup").all() and e2e["n"].eq(3).all()
 
@@ -334,27 +334,36 @@ def test_hand_made_regret_and_verdict(hand):
     assert regret.loc[("constant_dense", 1), ["regret", "ci_lo", "ci_hi"]].tolist() == pytest.approx([0.4, 0.4, 0.4])
     assert regret.loc[("silo_paper", 1), "regret"] == pytest.approx(0)
     verdict = pd.read_csv(printed["tables/verdict.csv"]).set_index(["schedule", "versus"])
+    assert verdict["margin"].eq(0.5).all()  # 0.5 points per compared cycle × L = 1
     row = verdict.loc[("silo_paper", "constant_dense")]  # a(0.2) − a(0.1) = [0.4, 0.4, 0.4]
+    # CI [0.4, 0.4] excludes 0 but lies inside ±0.5: equivalent wins over better
     assert (row.advantage, row.ci_lo, row.ci_hi, row.verdict) == (
-        pytest.approx(0.4), pytest.approx(0.4), pytest.approx(0.4), "better")
-    assert pd.isna(row.seeds_needed)  # zero spread: no power to compute; the sentence says so
-    row = verdict.loc[("silo_paper", "oracle")]
-    assert (row.advantage, row.verdict) == (pytest.approx(0), "indistinguishable") and pd.isna(row.seeds_needed)
+        pytest.approx(0.4), pytest.approx(0.4), pytest.approx(0.4), "equivalent")
+    assert pd.isna(row.seeds_needed)  # equivalent (and zero spread): no seeds to give; the sentence says so
+    row = verdict.loc[("silo_paper", "oracle")]  # SILO (paper) sits on the Oracle's choice: [0, 0, 0]
+    assert (row.advantage, row.verdict) == (pytest.approx(0), "equivalent") and pd.isna(row.seeds_needed)
     row = verdict.loc[("silo_fit", "constant_best")]  # a(0.4) − a(0.2) = [0.1, −0.9, −1.9]
     assert (row.advantage, row.ci_lo, row.ci_hi, row.verdict) == (
-        pytest.approx(-0.9), pytest.approx(-0.9 - half), pytest.approx(-0.9 + half), "indistinguishable")
+        pytest.approx(-0.9), pytest.approx(-0.9 - half), pytest.approx(-0.9 + half), "inconclusive")
     # seeds_needed by brute force: the first n' with (t(0.975, n'−1) + t(0.8, n'−1))·1/√n' < 0.9.
     need = next(k for k in range(2, 1001)
                 if (stats.t.ppf(0.975, k - 1) + stats.t.ppf(0.8, k - 1)) / k**0.5 < 0.9)
     assert row.seeds_needed == need == 12
     md = printed["report.md"].read_text()
-    assert ("Does SILO (paper) beat not adapting and the best constant in hindsight? It beats not adapting "
-            "(constant_dense = 0.1): +0.40 points (95 % CI [+0.40, +0.40]), zero spread: all 3 seeds gave the same "
-            "difference; it is not distinguishable from the best "
-            "constant in hindsight (constant_best = 0.2, optimistic) at n = 3: +0.00 points (95 % CI [+0.00, "
-            "+0.00]), no difference at all; it is not distinguishable from the Oracle at n = 3") in md
-    assert "is not distinguishable from the best constant in hindsight (constant_best = 0.2, optimistic) at n = 3: " \
-           "-0.90 points (95 % CI [-3.38, +1.58]), about 12 seeds would tell" in md
+    assert ("Does SILO (paper) beat not adapting and the best constant in hindsight? It is equivalent to not "
+            "adapting (constant_dense = 0.1) within ±0.50 points: +0.40 points (95 % CI [+0.40, +0.40]), zero "
+            "spread: all 3 seeds gave the same difference; it is equivalent to the best constant in hindsight "
+            "(constant_best = 0.2, optimistic) within ±0.50 points: +0.00 points (95 % CI [+0.00, +0.00]); it is "
+            "equivalent to the Oracle within ±0.50 points") in md
+    assert "is inconclusive against the best constant in hindsight (constant_best = 0.2, optimistic) at n = 3 " \
+           "(neither a difference nor equivalence within ±0.50 points shown): -0.90 points (95 % CI [-3.38, " \
+           "+1.58]), about 12 seeds would tell" in md
+    answer = pd.read_csv(printed["tables/answer.csv"])
+    assert "= equivalent +0.40 [+0.40, +0.40] within ±0.50" in printed["tables/answer.md"].read_text()
+    assert "? inconclusive -0.90 [-3.38, +1.58]; ~12 seeds to tell" in printed["tables/answer.md"].read_text()
+    assert "These labels are conditional on this run's choices (the dense choice, δ, b, silo_fit's study); " \
+           "replicates of the whole study (compare --replicates R) measure that noise." in md
+    assert list(answer["verdict"]) == ["equivalent"] * 3 + ["inconclusive"] * 3
     assert "No LR warmup final rows: no end-to-end comparison." in md
 
 
@@ -402,7 +411,7 @@ def test_an_empty_results_table_says_so(tmp_path):
 def test_report_without_results_exits_2_naming_dir_and_writes_nothing(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "DIR" in err[0]
+    assert len(err) == 1 and "RUN" in err[0]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -415,7 +424,7 @@ def test_a_results_table_missing_a_column_exits_2_naming_it_and_writes_nothing(t
         table.to_csv(tmp_path / "results.csv", index=False)
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "DIR" in err[0] and "val_acc" in err[0] and "selected" in err[0]
+    assert len(err) == 1 and "RUN" in err[0] and "val_acc" in err[0] and "selected" in err[0]
     assert [p.name for p in tmp_path.iterdir()] == [f"results.{fmt}"]
 
 

@@ -327,3 +327,29 @@ def test_seed_table_says_how_often_the_seeds_disagree():
     assert table.verdict.startswith("Each seed's own best differs across seeds at 2 of 2 cycles")
     same = {0: (0.1, {0.05: [70.0, 70.0], 0.1: [80.0, 81.0]})}
     assert "at 0 of 1 cycles" in seed_table(results_frame(oracle_rows(same, seeds=2))).verdict
+
+
+# --- the verdict's words and marks ---------------------------------------------------------------------------------
+
+def test_verdict_marks_and_sentences_for_every_label():
+    """Each label has a mark and a word (readable without colour) and a sentence; equivalent names its margin and
+    gives no seeds, inconclusive gives the seeds that would tell."""
+    from analysis.tables import VERDICT_MARKS, _answer_cell
+    from analysis.verdict_sentences import judged
+
+    assert set(VERDICT_MARKS) == {"better", "worse", "equivalent", "inconclusive", "undefined"}
+
+    def row(verdict, adv, lo, hi, need=pd.NA):
+        return pd.Series({"verdict": verdict, "advantage": adv, "ci_lo": lo, "ci_hi": hi, "n": 3, "margin": 1.0,
+                          "seeds_needed": need})
+
+    assert _answer_cell(row("equivalent", 0.4, 0.2, 0.6)) == "= equivalent +0.40 [+0.20, +0.60] within ±1.00"
+    assert judged(row("equivalent", 0.4, 0.2, 0.6), "X") == (
+        "is equivalent to X within ±1.00 points: +0.40 points (95 % CI [+0.20, +0.60])")
+    assert _answer_cell(row("inconclusive", -0.9, -3.38, 1.58, 12)) == (
+        "? inconclusive -0.90 [-3.38, +1.58]; ~12 seeds to tell")
+    assert judged(row("inconclusive", -0.9, -3.38, 1.58, 12), "X") == (
+        "is inconclusive against X at n = 3 (neither a difference nor equivalence within ±1.00 points shown): "
+        "-0.90 points (95 % CI [-3.38, +1.58]), about 12 seeds would tell")
+    assert _answer_cell(row("better", 2.0, 1.5, 2.5)) == "▲ better +2.00 [+1.50, +2.50]"
+    assert judged(row("worse", -2.0, -2.5, -1.5), "X") == "loses to X: -2.00 points (95 % CI [-2.50, -1.50])"

@@ -1,0 +1,100 @@
+"""The verdict over replicates of the whole study (issue 37).
+
+One run's verdict (`analysis.regret`) counts only the noise of that run's final trainings: its interval is over
+seeds, conditional on the run's own choices (the dense choice, δ, b, silo_fit's study). Replicates of the whole
+study measure that noise: each replicate gives one advantage per comparison (SILO variant against the Oracle, the
+controls and LR warmup), and the advantage over replicates is their mean, with a 95 % t interval on R − 1 df and
+the same label rule (`oracle_search.statistics.label`) against the same margin (`margin_per_cycle` × L points).
+
+- `comparisons(r)`: one replicate's comparison frame, `Regret.verdict` and `Regret.end_to_end` stacked.
+- `aggregate(per_replicate, margin_per_cycle)`: (verdict over replicates, every replicate's rows).
+
+Over replicates, per comparison: replicates = R, the replicates with a defined advantage (an undefined one, or one
+without the comparison's row, is left out and counted in `undefined`); advantage, ci_lo, ci_hi = `mean_interval`
+of the R advantages; sd their sample sd; verdict = `label(ci_lo, ci_hi, margin)` (R = 1: no interval, "undefined");
+p_value = `statistics.p_value` of the hypothesis the label rests on; holm = whether the label still holds under
+Holm's step-down across the table's comparisons at 0.05 ("yes"/"no"; NA for inconclusive and undefined).
+The hypothesis each row is tested for is chosen by its own label (a difference for better/worse/inconclusive,
+equivalence for equivalent), so Holm corrects the multiplicity of the table, not the choice of hypothesis;
+replicates_needed = `statistics.replicates_needed` (Int64, NA where None).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis.regret import Regret
+from oracle_search.statistics import holm, label, mean_interval, p_value, replicates_needed
+
+COMPARISON_COLUMNS = ["schedule", "versus", "advantage", "ci_lo", "ci_hi", "n", "verdict", "margin"]
+REPLICATES_COLUMNS = ["replicate", "schedule", "versus", "advantage", "ci_lo", "ci_hi", "n", "verdict"]
+AGGREGATE_COLUMNS = ["schedule", "versus", "advantage", "ci_lo", "ci_hi", "replicates", "verdict", "margin", "holm",
+                     "replicates_needed", "undefined", "sd", "p_value"]
+HELD = ("better", "worse", "equivalent")  # the labels Holm can confirm
+
+
+def comparisons(r: Regret) -> pd.DataFrame:
+    """One replicate's comparisons: the rows of `r.verdict` (against the Oracle and both controls) followed by those
+    of `r.end_to_end` (against LR warmup), columns `COMPARISON_COLUMNS`."""
+    parts = [frame[COMPARISON_COLUMNS] for frame in (r.verdict, r.end_to_end) if not frame.empty]
+    if not parts:
+        return pd.DataFrame(columns=COMPARISON_COLUMNS)
+    return pd.concat(parts, ignore_index=True)
+
+
+def _margin(rows: pd.DataFrame, margin_per_cycle: float, key: tuple[str, str]) -> float:
+    """The comparison's summed margin, the same in every replicate (L is one spec's); refused when replicates
+    disagree or when it is not `margin_per_cycle` times a whole number of cycles (the replicates were analysed with
+    another margin)."""
+    margins = sorted(set(float(m) for m in rows["margin"].dropna()))
+    if len(margins) > 1:
+        raise ValueError(f"{key}: the replicates' margins differ ({margins}): not one spec's L")
+    if not margins:
+        return math.nan
+    margin = margins[0]
+    if margin_per_cycle > 0:
+        cycles = margin / margin_per_cycle
+        if abs(cycles - round(cycles)) > 1e-9:
+            raise ValueError(f"{key}: margin {margin:g} is not {margin_per_cycle:g} per cycle times a whole number of "
+                             "cycles: the replicates were analysed with another margin_per_cycle")
+    return margin
+
+
+def aggregate(per_replicate: dict[int, pd.DataFrame],
+              margin_per_cycle: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(verdict over replicates, replicates) from each replicate's comparison frame (`comparisons`), keyed by
+    replicate. Comparisons in the order they first appear (replicates by key). `margin_per_cycle` must be the one
+    the replicates were analysed with; the margin itself is read from their `margin` column."""
+    frames = [(k, per_replicate[k]) for k in sorted(per_replicate)]
+    stacked = [f[COMPARISON_COLUMNS].assign(replicate=k) for k, f in frames if not f.empty]
+    every = (pd.concat(stacked, ignore_index=True) if stacked
+             else pd.DataFrame(columns=[*COMPARISON_COLUMNS, "replicate"]))
+    replicates = every[REPLICATES_COLUMNS].reset_index(drop=True)
+    records = []
+    for key, rows in every.groupby(["schedule", "versus"], sort=False):
+        values = rows["advantage"].dropna().to_numpy(dtype=float)
+        margin = _margin(rows, margin_per_cycle, key)
+        if len(values):
+            mean, lo, hi = mean_interval(values)
+        else:
+            mean, lo, hi = (math.nan,) * 3
+        verdict = label(lo, hi, margin)
+        need = replicates_needed(values, margin, verdict)
+        records.append({"schedule": key[0], "versus": key[1], "advantage": mean, "ci_lo": lo, "ci_hi": hi,
+                        "replicates": len(values), "verdict": verdict, "margin": margin, "holm": pd.NA,
+                        "replicates_needed": pd.NA if need is None else need,
+                        "undefined": len(frames) - len(values),
+                        "sd": float(np.std(values, ddof=1)) if len(values) >= 2 else math.nan,
+                        "p_value": p_value(values, verdict, margin)})
+    out = pd.DataFrame(records, columns=AGGREGATE_COLUMNS)
+    held = holm(out["p_value"].to_numpy(dtype=float))
+    out["holm"] = pd.Series([("yes" if h else "no") if v in HELD else pd.NA for v, h in zip(out["verdict"], held)],
+                            index=out.index, dtype=object)
+    out["replicates_needed"] = out["replicates_needed"].astype("Int64")
+    for column in ("replicates", "undefined"):
+        out[column] = out[column].astype(int)
+    for column in ("advantage", "ci_lo", "ci_hi", "margin", "sd", "p_value"):
+        out[column] = out[column].astype(float)
+    return out, replicates
