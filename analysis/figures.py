@@ -1,4 +1,5 @@
-"""The report's figures as PNG bytes: max_lr against λ, test accuracy against λ, gradient/activation histograms."""
+"""The report's figures as PNG bytes: max_lr against λ, test accuracy against λ, gradient/activation histograms,
+trial slots over time."""
 from __future__ import annotations
 
 import io
@@ -8,9 +9,11 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from analysis.select import densities, final_rows, label, methods
+from analysis.slots import PHASES
 from analysis.tables import accuracy_stats
 from analysis.theory import silo_curve, theory_lr
 
@@ -159,4 +162,42 @@ def regret_figure(regret: pd.DataFrame, lam: pd.Series, labels: dict[str, str], 
     ax.set_ylabel(f"regret (val. acc. points, mean ± 95 % CI, n = {n})")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+    return png(fig)
+
+
+SLOT_HATCHES = ("", "//", "..", "xx", "\\\\", "++", "oo", "--")
+
+
+def slots_figure(lanes: pd.DataFrame) -> bytes:
+    """Trainings over time (`analysis.slots.slot_lanes`): one bar per training from its start to its finish, on its
+    lane, coloured by phase and, when the lanes carry a `replicate` column, hatched by replicate. Lanes are a
+    packing of the intervals, not actors."""
+    present = set(lanes["phase"])
+    phases = [p for p in PHASES if p in present] + sorted(present - set(PHASES))
+    colours = {p: colormaps["tab10"](i % 10) for i, p in enumerate(phases)}
+    if "replicate" in lanes:
+        lanes = lanes.assign(replicate=lanes["replicate"].astype(str))
+    replicates = list(dict.fromkeys(lanes["replicate"])) if "replicate" in lanes else []
+    hatches = {r: SLOT_HATCHES[i % len(SLOT_HATCHES)] for i, r in enumerate(replicates)}
+    n = int(lanes["lane"].max()) + 1 if len(lanes) else 0
+    fig = Figure(figsize=(8, min(2.0 + 0.3 * n, 12.0)))
+    ax = fig.add_subplot()
+    keys = ["lane", "phase"] + (["replicate"] if replicates else [])
+    for key, group in lanes.groupby(keys, sort=False, dropna=False):
+        lane, name = key[0], key[1]
+        bars = list(zip(group["start_s"], group["end_s"] - group["start_s"]))
+        ax.broken_barh(bars, (lane - 0.4, 0.8), facecolors=colours[name], edgecolor="black", linewidth=0.4,
+                       hatch=hatches[key[2]] if replicates else None)
+    handles = [Patch(facecolor=colours[p], edgecolor="black", linewidth=0.4, label=p) for p in phases]
+    if len(replicates) > 1:
+        handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[r], label=f"replicate {r}")
+                    for r in replicates]
+    ax.set_yticks(range(n))
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.invert_yaxis()
+    ax.set_ylabel("lane (a packing, not an actor)")
+    ax.set_xlabel("seconds since the first training started")
+    ax.grid(True, axis="x", alpha=0.3)
+    if handles:
+        ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return png(fig)

@@ -15,6 +15,7 @@ from analysis.study_figures import study_figures
 from analysis.files import ESTIMATE_FILE, read_spec
 from analysis.intervals import oracle_intervals, seed_intervals
 from analysis.regret import Regret, analyse
+from analysis.slots import slot_lanes
 from analysis.select import SCHEDULE_LABELS, densities, label, pruning_rate, silo_methods, silo_params
 from analysis.tables import (Table, accuracy_table, answer_table, best_per_density, cost_table, end_to_end_table,
                              oracle_table, regret_table, seed_table, statistics_source, statistics_table,
@@ -23,6 +24,7 @@ from analysis.verdict_sentences import controls_line, end_to_end_line
 from oracle_search.schema import REQUIRED, read_results, results_frame
 from trainables.atomic import atomic_write_bytes
 from oracle_search.selection import TOLERANCE
+from oracle_search.statistics import MARGIN_PER_CYCLE
 
 THEORY = {"sigma_x": 1.0, "sigma_w": 1.0}  # Theorem 1's σ_X, σ_W; d comes from the spec (default: MNIST-1D's 40)
 
@@ -176,6 +178,13 @@ def _cost_section(df: pd.DataFrame) -> Section:
         section.notes.append("No trainings: cost table left out.")
     else:
         section.tables.append(table)
+    if not (lanes := slot_lanes(df)).empty:
+        section.plots.append(Plot(
+            "slots", f"Trial slots over time: each bar is one training (a fused trial's candidates are one), from its "
+            f"start to its finish, coloured by phase ({len(lanes)} trainings, reused rows left out). Lanes are a "
+            f"packing of these intervals (each training takes the lowest lane free when it starts), not the actors "
+            f"that ran them, so the {lanes['lane'].max() + 1} lane(s) are the peak concurrency.",
+            figures.slots_figure(lanes)))
     return section
 
 
@@ -220,7 +229,7 @@ def _spec_cells(spec: dict) -> pd.DataFrame:
     return pd.DataFrame({"key": list(flat), "value": values})
 
 
-def _markdown(title: str, spec: dict | None, sections: list[Section]) -> str:
+def markdown_page(title: str, spec: dict | None, sections: list[Section]) -> str:
     out = [f"# {title}\n"]
     for s in sections:
         out.append(f"## {s.title}\n")
@@ -241,7 +250,7 @@ th:first-child,td:first-child{text-align:left}thead th{border-bottom:2px solid #
 .verdict{font-weight:600}.note{font-style:italic;color:#666}img{max-width:100%}figcaption{color:#444}"""
 
 
-def _html(title: str, spec: dict | None, sections: list[Section]) -> str:
+def html_page(title: str, spec: dict | None, sections: list[Section]) -> str:
     e = html.escape
     out = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(title)}</title>",
            f"<style>{_CSS}</style></head><body>", f"<h1>{e(title)}</h1>"]
@@ -263,7 +272,8 @@ def _html(title: str, spec: dict | None, sections: list[Section]) -> str:
     return "\n".join(out)
 
 
-def write_report(out_dir: Path, *, tolerance: float = TOLERANCE, rows: pd.DataFrame | None = None) -> dict[str, Path]:
+def write_report(out_dir: Path, *, tolerance: float = TOLERANCE, rows: pd.DataFrame | None = None,
+                 margin_per_cycle: float = MARGIN_PER_CYCLE) -> dict[str, Path]:
     """Write report.md, report.html, tables/*.csv|md|tex and figures/*.png for `out_dir`; return them by name.
     `rows`: the table to report (default: `out_dir`'s results table)."""
     out_dir = Path(out_dir)
@@ -272,7 +282,7 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE, rows: pd.DataFr
         sections = [Section("Results", notes=["The results table is empty: nothing to report."])]
     else:
         df = results_frame(df.to_dict("records")) if set(REQUIRED) <= set(df.columns) else df
-        r = analyse(df)  # the regret once, for every table, figure and sentence
+        r = analyse(df, margin_per_cycle)  # the regret once, for every table, figure and sentence
         sections = [_summary_section(df, spec, tolerance, r, out_dir), _oracle_section(df, spec, tolerance),
                     _regret_section(df, r), _accuracy_section(df), _cost_section(df), _statistics_section(df)]
     if not df.empty and (note := estimate_note(out_dir)) is not None:  # the cost expected, and the time taken
@@ -288,8 +298,8 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE, rows: pd.DataFr
                 written[f"tables/{t.name}.{ext}"] = atomic_write_bytes(out_dir / "tables" / f"{t.name}.{ext}", text)
         for p in s.plots:
             written[f"figures/{p.name}.png"] = atomic_write_bytes(out_dir / "figures" / f"{p.name}.png", p.png)
-    written["report.md"] = atomic_write_bytes(out_dir / "report.md", _markdown(title, spec, sections))
-    written["report.html"] = atomic_write_bytes(out_dir / "report.html", _html(title, spec, sections))
+    written["report.md"] = atomic_write_bytes(out_dir / "report.md", markdown_page(title, spec, sections))
+    written["report.html"] = atomic_write_bytes(out_dir / "report.html", html_page(title, spec, sections))
     return written
 
 

@@ -30,10 +30,11 @@ def main() -> None:
     p.add_argument("--out", help="results folder (default: a temporary one)")
     p.add_argument("--smoke", action="store_true", help="the smallest comparison (tiny preset): does it run?")
     args = p.parse_args()
-    options = CompareOptions()
+    options = CompareOptions(replicates=1)  # one study: this benchmark compares its methods' costs
     if args.smoke:
         args.preset = "tiny"
-        options = CompareOptions(oracle=OracleOptions(seeds=2, refine=1), fit=FitOptions(trials=3), eval_seeds=2)
+        options = CompareOptions(oracle=OracleOptions(seeds=2, refine=1), fit=FitOptions(trials=3), eval_seeds=2,
+                                 replicates=1)
     out = Path(args.out or tempfile.mkdtemp(prefix="silo-vs-oracle-"))
     started = time.perf_counter()
     rows = compare(check_names(PRESETS[args.preset].spec), out, options).results

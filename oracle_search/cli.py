@@ -247,7 +247,7 @@ def _compare_options(args: argparse.Namespace, spec: ExperimentSpec):
     from oracle_search.pipeline import CompareOptions
 
     return CompareOptions(oracle=_oracle_options(args), fit=_fit_options(args, spec), eval_seeds=args.eval_seeds,
-                          silo_fit=args.trials > 0)
+                          silo_fit=args.trials > 0, replicates=args.replicates, margin=args.margin)
 
 
 def cmd_oracle(args: argparse.Namespace) -> int:
@@ -329,7 +329,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
                               seconds_per_epoch=per_epoch)
     out = Path(args.out)
     print(f"\nreport: {out / 'report.md'} and {result.report}")
-    print(f"results: {out / 'results.parquet'} (and results.csv), {len(result.results)} rows")
+    if options.replicates > 1:
+        print(f"results: {out}/replicate-1..{options.replicates}/results.parquet (and results.csv), "
+              f"{len(result.results)} rows in all; tables/verdict.csv and tables/replicates.csv over them")
+    else:
+        print(f"results: {out / 'results.parquet'} (and results.csv), {len(result.results)} rows")
     return 0
 
 
@@ -352,19 +356,40 @@ def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, optio
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """One run's report (DIR), a replicates folder's (DIR holding replicates.json), or, with --out, a report over
+    the given runs as replicates of one study."""
     from analysis.files import BadResults, check_results
+    from oracle_search.replicates import manifest
     from oracle_search.schema import results_path
+    from oracle_search.statistics import MARGIN_PER_CYCLE
+    from analysis.replicate_report import check_replicates, write_replicates_report
     from analysis.report import write_report
 
-    out = Path(args.dir)
-    path = results_path(out)
-    if not path.exists():
-        raise SpecError("DIR", f"no results table in {out}")
-    try:
-        check_results(path)
-    except BadResults as err:
-        raise SpecError("DIR", str(err)) from None
-    paths = write_report(out)
+    if args.margin is not None and not 0 <= args.margin < float("inf"):
+        raise SpecError("margin", f"must be a number >= 0 (points per compared cycle), got {args.margin}")
+    runs = [Path(d) for d in args.dirs]
+    if args.out is None and len(runs) > 1:
+        raise SpecError("out", "several runs are reported as replicates into a folder of their own: pass --out DIR")
+    if args.out is None and manifest(runs[0]) is not None:
+        from oracle_search.pipeline import report
+
+        path = report(runs[0], args.margin)
+        print(f"report.html: {path}\nreport.md: {path.with_suffix('.md')}")
+        return 0
+    for run in runs:
+        path = results_path(run)
+        if not path.exists():
+            raise SpecError("RUN", f"no results table in {run}")
+        try:
+            check_results(path)
+        except BadResults as err:
+            raise SpecError("RUN", str(err)) from None
+    margin = MARGIN_PER_CYCLE if args.margin is None else args.margin
+    if args.out is None:
+        paths = write_report(runs[0], margin_per_cycle=margin)
+    else:
+        check_replicates(runs, Path(args.out))  # one spec, disjoint seeds: else exit 2, nothing written
+        paths = write_replicates_report(Path(args.out), runs, margin)
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0
@@ -456,6 +481,12 @@ def build_parser() -> Parser:
         c.add_argument("--seconds-per-epoch", type=float, help="the estimate's seconds per training epoch "
                        "(default: time a few steps on a worker with one trial's resources)")
 
+    def margin_option(c: argparse.ArgumentParser, default: float | None, says: str) -> None:
+        c.add_argument("--margin", type=float, default=default,
+                       help="equivalence margin in validation- (or test-) accuracy points per compared cycle, summed "
+                       "over the cycles like the advantage: a comparison whose 95 %% interval lies inside "
+                       f"±margin is `equivalent` (default {says})")
+
     def eval_options(c: argparse.ArgumentParser) -> None:
         c.add_argument("--eval-seeds", type=int, default=3, help="evaluation seeds of every tuned method's final "
                        "runs, disjoint from the tuning seeds (default 3, at least 2)")
@@ -507,13 +538,24 @@ def build_parser() -> Parser:
     add_spec_options(c, cluster=True)
     oracle_options(c)
     eval_options(c)
+    c.add_argument("--replicates", type=int, default=3, help="whole studies, each with its own tuning and "
+                   "evaluation seeds (replicate r's base seed: --seed + 10000 (r - 1)), run side by side on the "
+                   "same slots in OUT/replicate-1..R; the report gives the verdict over them (default 3; 1: one "
+                   "study in OUT, whose labels are conditional on its own choices)")
+    margin_option(c, 0.5, "0.5: the paper's interval tolerance")
     fit_options(c, 8)
     cost_options(c)
     c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
     c.set_defaults(run=cmd_compare)
 
-    c = sub.add_parser("report", help="write DIR/report.md and DIR/report.html from DIR's results")
-    c.add_argument("dir", metavar="DIR")
+    c = sub.add_parser("report", help="write DIR/report.md and DIR/report.html from DIR's results; with --out, "
+                       "a report over several runs as replicates of one study")
+    c.add_argument("dirs", metavar="RUN", nargs="+", help="a results folder (or a compare --replicates folder); "
+                   "with --out, each RUN is one replicate: the runs must be of one spec but for the base seed, "
+                   "with disjoint seeds")
+    c.add_argument("--out", help="folder for the report over the RUNs (tables/verdict.csv, tables/replicates.csv, "
+                   "report.md, report.html); each RUN's own report is left as it is")
+    margin_option(c, None, "the margin a replicates folder recorded, else 0.5, the paper's interval tolerance")
     c.set_defaults(run=cmd_report)
     c = sub.add_parser("replay", help="what the racing Oracle would have decided and cost on a finished run; "
                        "trains nothing (answers every training from RUN's table)")

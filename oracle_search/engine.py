@@ -28,6 +28,7 @@ from trainables.atomic import atomic_write_json
 from trainables.checkpoints import CheckpointError, verify_checkpoint
 from trainables.cycle import CycleResult
 from trainables.sources import record_sources, runtime_env
+from trainables.timestamps import utc_now
 from trainables.spec import NUMERICS, ExperimentSpec, SpecError
 from trainables.tune_adapter import any_cycle_trainable
 
@@ -469,19 +470,19 @@ class _Abort(tune.Stopper):
 
 
 class _Record(tune.Callback):
-    """Hands started, finished and failed trials to the runner, in the driver process."""
+    """Hands started, finished and failed trials to the engine, in the driver process."""
 
-    def __init__(self, runner: "Runner"):
-        self.runner = runner
+    def __init__(self, engine: "Engine"):
+        self.engine = engine
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self.runner._queue_resources(trial)
+        self.engine._queue_resources(trial)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.runner._record(trial)
+        self.engine._record(trial)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self.runner._fail(trial)
+        self.engine._fail(trial)
 
     def __getstate__(self) -> dict:
         return {}
@@ -499,11 +500,162 @@ def incomplete(result: dict, checkpoint) -> str | None:
     return None
 
 
+class Engine:
+    """One long-lived Tune experiment that trains what one or more Runners hand it. A Runner owns a results
+    folder (its spec, ledger and progress); the engine owns the Tune side: the queue of trial configs, Tune's
+    thread, and which Runner each trial belongs to, so a finished trial lands in its own folder's ledger.
+
+    Replicates of a study (`oracle_search.replicates`) are Runners on one engine: their trainings share one queue
+    and so one cluster's slots, and a slot one replicate leaves idle takes another's next training. The first
+    Runner's spec sets the trials' resources and runtime environment, the same for every replicate of a spec."""
+
+    def __init__(self, spec: ExperimentSpec, experiment: str, address: str | None, storage: str,
+                 progress: Progress, trainable: Callable[[dict], None] = any_cycle_trainable,
+                 max_failures: int = 2, callbacks: tuple[tune.Callback, ...] = ()):
+        self.spec, self.experiment, self.address, self.storage = spec, experiment, address, storage
+        self.progress, self.trainable, self.max_failures, self.callbacks = progress, trainable, max_failures, callbacks
+        self.queue: TrialQueue | None = None
+        self._abort: _Abort | None = None
+        self.thread: threading.Thread | None = None
+        self.done = threading.Condition()
+        self.finished: dict[str, dict] = {}
+        self.failed: dict[str, str] = {}  # key -> the last line of its error
+        self.news = 0  # trials finished or failed so far (`wait_for_news`)
+        self.tune_error: BaseException | None = None
+        self._owner: dict[str, tuple["Runner", Training]] = {}  # Tune trial key -> (its Runner, its training)
+        self._queued: dict[str, str] = {}  # Tune trial key -> when the driver handed it over (UTC)
+        self._stopping = False
+
+    def training(self, key: str) -> Training:
+        return self._owner[key][1]
+
+    def owns(self, runner: "Runner", key: str, training: Training) -> None:
+        """Record that the Tune trial `key` trains `training` for `runner`."""
+        self._owner[key] = (runner, training)
+
+    def submit(self, configs: list[dict]) -> None:
+        self.start()
+        stamp = utc_now()
+        self._queued.update({c["key"]: stamp for c in configs})
+        self.queue.put(configs)
+
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def close(self, abort: bool = False) -> None:
+        """End the experiment: once the queued trials ran, or with `abort` at once, stopping running trials
+        (finished ones are in their ledgers; a rerun resumes)."""
+        if self.queue is None:
+            return
+        if abort:
+            self._stopping = True
+            self._abort.event.set()
+        self.queue.close(drop=abort)
+        self.thread.join(timeout=ABORT_JOIN_S if abort else None)
+        self.queue = None
+        self.progress.unwatch()  # also when Tune stopped before its experiment-end callback
+
+    def _queue_resources(self, trial) -> None:
+        queue = self.queue
+        if queue is not None and queue.resources is None:
+            queue.resources = trial.placement_group_factory
+
+    def _record(self, trial) -> None:
+        config = trial.config["trial"]
+        key, result = config["key"], trial.last_result or {}
+        if self._stopping:  # stopped by an interrupt: whatever it reported is not a finished trial
+            return
+        why = incomplete(result, trial.checkpoint)
+        if why:
+            self._retry(config, why)
+            return
+        uri = checkpoint_uri(trial.checkpoint, self.storage)
+        owner = self._owner[key][0]
+        # A fused trial (several candidates trained as one) reports one row per candidate, each with its own key
+        # and checkpoint subfolder; gpu_ids and node_id are the trial's.
+        for metrics in result.get("fused_rows") or [result]:
+            row_key, merged = metrics.get("key") or key, result | metrics
+            row = {k: merged[k] for k in ROW_METRICS} | self._owner.get(row_key, self._owner[key])[1].tags
+            row |= {"experiment": owner.experiment, "key": row_key, "trial_id": trial.trial_id,
+                    "queued": self._queued.get(key, ""),
+                    "checkpoint": f"{uri}/{metrics['checkpoint_subdir']}" if "checkpoint_subdir" in metrics else uri}
+            if "fused" in metrics:
+                row["fused"] = metrics["fused"]
+            owner.landed(row)
+            with self.done:
+                self.finished[row_key] = row
+        with self.done:
+            if key not in self.finished:  # a fused trial's own key stands for its candidates' rows
+                self.finished[key] = {"key": key, "fused_keys": [m["key"] for m in result["fused_rows"]]}
+            self.news += 1
+            self.done.notify_all()
+
+    def _retry(self, config: dict, why: str) -> None:
+        """A trial that ended without a row is an error: run it again, up to `max_failures` times."""
+        attempt = config.get("attempt", 0) + 1
+        if attempt <= self.max_failures and self.queue is not None:
+            self.progress.say(f"  trial {config['key']} {why}; retrying ({attempt} of {self.max_failures})")
+            self.queue.put([config | {"attempt": attempt}])
+            return
+        with self.done:
+            self.failed[config["key"]] = why
+            self.news += 1
+            self.done.notify_all()
+
+    def _fail(self, trial) -> None:
+        with self.done:
+            self.failed[trial.config["trial"]["key"]] = last_error_line(trial)
+            self.news += 1
+            self.done.notify_all()
+
+    def start(self) -> None:
+        if self.queue is not None:
+            return
+        connect(self.address, runtime_env(self.spec))
+        inner = self.trainable
+        res = self.spec.resources
+        trainable = tune.with_resources(lambda config: inner(config["trial"]),
+                                        {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial})
+        queue, abort = TrialQueue(), _Abort()
+
+        def dirname(trial) -> str:
+            config = trial.config["trial"]
+            return config["key"] + (f"-retry{config['attempt']}" if config.get("attempt") else "")
+
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                search_alg=queue, num_samples=-1, max_concurrent_trials=res.max_concurrent or None,
+                reuse_actors=True, trial_dirname_creator=dirname),
+            run_config=tune.RunConfig(
+                name=f"{self.experiment}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+                storage_path=self.storage, failure_config=tune.FailureConfig(max_failures=self.max_failures),
+                stop=abort, verbose=0, callbacks=[_Record(self), self.progress.callback(
+                    lambda key: self._owner[key][1].tags, lambda: len(queue.pending)), *self.callbacks]),
+        )
+
+        def fit() -> None:
+            try:
+                with warm_actors():
+                    tuner.fit()
+            except BaseException as err:  # surfaced by Runner.run as RunFailed
+                self.tune_error = err
+            finally:
+                with self.done:
+                    self.news += 1
+                    self.done.notify_all()
+
+        self.queue, self._abort = queue, abort
+        self.thread = threading.Thread(target=fit, name="tune", daemon=True)
+        self.thread.start()
+
+
 @dataclass
 class Runner:
-    """Runs trials for one results directory on one long-lived Tune experiment; each finished trial lands in
-    the ledger immediately. Use as a context manager, or call `close()`; leaving the context with an exception
-    (Ctrl-C included) stops the running trials at once."""
+    """Runs trials for one results directory, each finished trial landing in its ledger at once, on an `Engine`:
+    its own (one long-lived Tune experiment), or one shared with other results folders (`engine`: replicates).
+    Use as a context manager, or call `close()`; leaving the context with an exception (Ctrl-C included) stops the
+    running trials at once. A Runner on a shared engine leaves closing it to the engine's maker."""
 
     out: Path
     spec: ExperimentSpec
@@ -514,23 +666,18 @@ class Runner:
     progress: Progress = field(default_factory=Progress)
     fuse: int = 1  # most max_lr candidates of one (seed, cycle) trained as one fused network per Tune trial
     callbacks: tuple[tune.Callback, ...] = ()  # more Tune callbacks, e.g. oracle_search.callbacks.logger_callbacks
+    engine: Engine | None = None  # shared with other Runners; None: one of its own
 
     def __post_init__(self) -> None:
         self.out = self.out.resolve()
         self.ledger = Ledger(self.out)
         record_sources(self.out, self.spec)  # a rerun with edited import-path code is refused (SpecError)
         self.storage = self.spec.resources.storage_path or str(self.out / "tune")
-        self._queue: TrialQueue | None = None
-        self._abort: _Abort | None = None
-        self._thread: threading.Thread | None = None
-        self._done = threading.Condition()
-        self._finished: dict[str, dict] = {}
-        self._failed: dict[str, str] = {}  # key -> the last line of its error
-        self._news = 0  # trials finished or failed so far (`wait_for_news`)
-        self._by_key: dict[str, Training] = {}
-        self._tune_error: BaseException | None = None
+        self._own_engine = self.engine is None
+        if self.engine is None:
+            self.engine = Engine(self.spec, self.experiment, self.address, self.storage, self.progress,
+                                 self.trainable, self.max_failures, self.callbacks)
         self._trainings: dict[str, dict] | None = None
-        self._stopping = False
         self._checked: set[str] = set()  # start checkpoints verified by _check_starts
 
     def __enter__(self) -> "Runner":
@@ -546,11 +693,12 @@ class Runner:
         cycle-0 tuning and the Oracle's cycle-0 grid) is not trained again: that row is copied under the trial's
         key and tags, marked `reused`."""
         started = self.start(trials)
-        with self._done:
-            while not started.waiting <= (self._finished.keys() | self._failed):
-                if not self._thread.is_alive():
+        engine = self.engine
+        with engine.done:
+            while not started.waiting <= (engine.finished.keys() | engine.failed):
+                if not engine.alive():
                     break
-                self._done.wait(timeout=1.0)
+                engine.done.wait(timeout=1.0)
         rows = self.ready(started, partial=False)
         missing = [t.key for t in trials if t.key not in rows]
         if missing:
@@ -572,20 +720,22 @@ class Runner:
         waiting: set[str] = set()
         if todo:
             self._check_starts(todo)
-            self._start()
-            self._by_key.update({t.key: t for t in todo})
+            for t in todo:
+                self.engine.owns(self, t.key, t)
             configs = self._configs(todo)
-            self._queue.put(configs)
+            self.engine.submit(configs)
             waiting = {c["key"] for c in configs}  # a fused trial's key stands for its candidates
         return Started(trials, rows, todo, twins, waiting)
 
     def ready(self, started: "Started", partial: bool = True) -> dict[str, dict]:
         """The rows of `started`'s trials finished so far, without waiting. With `partial`, a trial that failed
         for good (or an experiment that ended) raises RunFailed now, naming it."""
-        with self._done:
-            rows = dict(started.rows) | {t.key: self._finished[t.key] for t in started.todo if t.key in self._finished}
-            failed = [k for k in started.waiting if k in self._failed]
-            ended = self._thread is None or not self._thread.is_alive()
+        engine = self.engine
+        with engine.done:
+            rows = dict(started.rows) | {t.key: engine.finished[t.key] for t in started.todo
+                                         if t.key in engine.finished}
+            failed = [k for k in started.waiting if k in engine.failed]
+            ended = not engine.alive()
         if started.twins:
             rows |= self._reuse([t for t in started.twins if t.key not in rows])
         if partial and (failed or (ended and len(rows) < len(started.trials))):
@@ -594,14 +744,16 @@ class Runner:
 
     def wait_for_news(self, seen: int, timeout: float = 1.0) -> int:
         """Block until a trial finishes or fails after the count `seen` (or `timeout` passes); the new count."""
-        with self._done:
-            if self._news == seen:
-                self._done.wait(timeout=timeout)
-            return self._news
+        engine = self.engine
+        with engine.done:
+            if engine.news == seen:
+                engine.done.wait(timeout=timeout)
+            return engine.news
 
     def _failure(self, missing: list[str]) -> RunFailed:
-        cause = f" ({self._tune_error})" if self._tune_error else ""
-        first = missing[0] + (f": {self._failed[missing[0]]}" if missing[0] in self._failed else "")
+        engine = self.engine
+        cause = f" ({engine.tune_error})" if engine.tune_error else ""
+        first = missing[0] + (f": {engine.failed[missing[0]]}" if missing[0] in engine.failed else "")
         return RunFailed(f"{len(missing)} trial(s) failed after {self.max_failures} retries{cause} "
                          f"(first: {first}); finished trials are kept, rerun the command to resume")
 
@@ -652,7 +804,7 @@ class Runner:
                     configs.append(chunk[0].config())
                     continue
                 key = f"{chunk[0].key}-fused{len(chunk)}"
-                self._by_key[key] = chunk[0]
+                self.engine.owns(self, key, chunk[0])
                 configs.append(chunk[0].config() | {"key": key, "max_lr": None, "max_lrs": [t.max_lr for t in chunk],
                                                     "keys": [t.key for t in chunk]})
         return configs
@@ -680,112 +832,16 @@ class Runner:
         return trial_slots(self.spec, self.address, per)
 
     def close(self, abort: bool = False) -> None:
-        """End the experiment: once the queued trials ran, or with `abort` at once, stopping running trials
-        (finished ones are in the ledger; a rerun resumes)."""
-        if self._queue is None:
-            return
-        if abort:
-            self._stopping = True
-            self._abort.event.set()
-        self._queue.close(drop=abort)
-        self._thread.join(timeout=ABORT_JOIN_S if abort else None)
-        self._queue = None
-        self.progress.unwatch()  # also when Tune stopped before its experiment-end callback
+        """End this Runner's own experiment (`Engine.close`); a shared engine is closed by its maker."""
+        if self._own_engine:
+            self.engine.close(abort)
 
     def write_results(self):
         return write_results(self.out, self.ledger.rows())
 
-    def _queue_resources(self, trial) -> None:
-        queue = self._queue
-        if queue is not None and queue.resources is None:
-            queue.resources = trial.placement_group_factory
-
-    def _record(self, trial) -> None:
-        config = trial.config["trial"]
-        key, result = config["key"], trial.last_result or {}
-        if self._stopping:  # stopped by an interrupt: whatever it reported is not a finished trial
-            return
-        why = incomplete(result, trial.checkpoint)
-        if why:
-            self._retry(config, why)
-            return
-        uri = checkpoint_uri(trial.checkpoint, self.storage)
-        # A fused trial (several candidates trained as one) reports one row per candidate, each with its own key
-        # and checkpoint subfolder; gpu_ids and node_id are the trial's.
-        for metrics in result.get("fused_rows") or [result]:
-            row_key, merged = metrics.get("key") or key, result | metrics
-            row = {k: merged[k] for k in ROW_METRICS} | self._by_key.get(row_key, self._by_key[key]).tags
-            row |= {"experiment": self.experiment, "key": row_key, "trial_id": trial.trial_id,
-                    "checkpoint": f"{uri}/{metrics['checkpoint_subdir']}" if "checkpoint_subdir" in metrics else uri}
-            if "fused" in metrics:
-                row["fused"] = metrics["fused"]
-            self.ledger.record(row)
-            if self._trainings is not None and row.get("training"):
-                self._trainings.setdefault(row["training"], row)
-            self.progress.trial(row)
-            with self._done:
-                self._finished[row_key] = row
-        with self._done:
-            if key not in self._finished:  # a fused trial's own key stands for its candidates' rows
-                self._finished[key] = {"key": key, "fused_keys": [m["key"] for m in result["fused_rows"]]}
-            self._news += 1
-            self._done.notify_all()
-
-    def _retry(self, config: dict, why: str) -> None:
-        """A trial that ended without a row is an error: run it again, up to `max_failures` times."""
-        attempt = config.get("attempt", 0) + 1
-        if attempt <= self.max_failures and self._queue is not None:
-            self.progress.say(f"  trial {config['key']} {why}; retrying ({attempt} of {self.max_failures})")
-            self._queue.put([config | {"attempt": attempt}])
-            return
-        with self._done:
-            self._failed[config["key"]] = why
-            self._news += 1
-            self._done.notify_all()
-
-    def _fail(self, trial) -> None:
-        with self._done:
-            self._failed[trial.config["trial"]["key"]] = last_error_line(trial)
-            self._news += 1
-            self._done.notify_all()
-
-    def _start(self) -> None:
-        if self._queue is not None:
-            return
-        connect(self.address, runtime_env(self.spec))
-        inner = self.trainable
-        res = self.spec.resources
-        trainable = tune.with_resources(lambda config: inner(config["trial"]),
-                                        {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial})
-        queue, abort = TrialQueue(), _Abort()
-
-        def dirname(trial) -> str:
-            config = trial.config["trial"]
-            return config["key"] + (f"-retry{config['attempt']}" if config.get("attempt") else "")
-
-        tuner = tune.Tuner(
-            trainable,
-            tune_config=tune.TuneConfig(
-                search_alg=queue, num_samples=-1, max_concurrent_trials=res.max_concurrent or None,
-                reuse_actors=True, trial_dirname_creator=dirname),
-            run_config=tune.RunConfig(
-                name=f"{self.experiment}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
-                storage_path=self.storage, failure_config=tune.FailureConfig(max_failures=self.max_failures),
-                stop=abort, verbose=0, callbacks=[_Record(self), self.progress.callback(
-                    lambda key: self._by_key[key].tags, lambda: len(queue.pending)), *self.callbacks]),
-        )
-
-        def fit() -> None:
-            try:
-                with warm_actors():
-                    tuner.fit()
-            except BaseException as err:  # surfaced by run() as RunFailed
-                self._tune_error = err
-            finally:
-                with self._done:
-                    self._news += 1
-                    self._done.notify_all()
-
-        self._queue, self._abort = queue, abort
-        self._thread = threading.Thread(target=fit, name="tune", daemon=True)
-        self._thread.start()
+    def landed(self, row: dict) -> None:
+        """A finished training's row, from the engine: into the ledger at once, then on screen."""
+        self.ledger.record(row)
+        if self._trainings is not None and row.get("training"):
+            self._trainings.setdefault(row["training"], row)
+        self.progress.trial(row)

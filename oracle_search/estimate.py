@@ -99,15 +99,17 @@ class Estimate:
     seconds_per_epoch: float
     source: str  # "given" (--seconds-per-epoch) or how it was timed
     phases: list[Phase] = field(default_factory=list)
+    replicates: int = 1  # whole studies run side by side on the same slots (each phase R times, R times as wide)
 
     def seconds(self, which: str = "typical") -> float:
-        return sum(getattr(p, f"{which}_epochs") * self.seconds_per_epoch / min(self.slots, max(1, p.width))
+        R = self.replicates
+        return sum(R * getattr(p, f"{which}_epochs") * self.seconds_per_epoch / min(self.slots, max(1, R * p.width))
                    for p in self.phases)
 
     def record(self) -> dict:
         return {"command": self.command, "precision": self.precision, "slots": self.slots,
                 "seconds_per_epoch": self.seconds_per_epoch, "source": self.source,
-                "phases": [asdict(p) for p in self.phases], "seconds": self.seconds(),
+                "phases": [asdict(p) for p in self.phases], "replicates": self.replicates, "seconds": self.seconds(),
                 "seconds_at_most": self.seconds("most")}
 
     def lines(self) -> list[str]:
@@ -128,6 +130,8 @@ class Estimate:
                 f"precision: {self.precision}",
                 f"seconds per epoch: {self.seconds_per_epoch:.4g} ({self.source})",
                 f"slots: {self.slots} trial(s) at once",
+                *([f"replicates: {self.replicates} whole studies side by side on these slots (the table above is "
+                   "one replicate's)"] if self.replicates > 1 else []),
                 f"estimate: {duration(self.seconds())} of training on {self.slots} slot(s) "
                 f"(at most {duration(self.seconds('most'))}), plus Ray's start"]
 
@@ -396,7 +400,8 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
         source = (f"timed ({t['device']}, {spec.resources.threads} thread(s), {t['copies']} at once{fused}): "
                   f"{t['steps']} steps of {t['step'] * 1e3:.2f} ms x {t['steps_per_epoch']} + one evaluation "
                   f"{t['evaluation'] * 1e3:.0f} ms")
-    return Estimate(command, spec.precision, n, per_epoch, source, phases)
+    replicates = options.replicates if command == "compare" else 1
+    return Estimate(command, spec.precision, n, per_epoch, source, phases, replicates)
 
 
 def write(out: Path, found: Estimate) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from oracle_search.schema import SILO_METHODS, Method, read_results
+from oracle_search.statistics import MARGIN_PER_CYCLE
 from trainables.atomic import atomic_write_json
 from trainables.plugins import check_names, load_data
 from trainables.sources import runtime_env
@@ -83,11 +84,20 @@ class CompareOptions:
     fit: FitOptions = field(default_factory=FitOptions)
     eval_seeds: int = 3  # evaluation seeds of every tuned method's final runs
     silo_fit: bool = True  # also fit all four SILO parameters with Optuna
+    replicates: int = 3  # whole studies, each with seeds of its own (oracle_search.replicates); 1: one run
+    margin: float = MARGIN_PER_CYCLE  # equivalence margin, points per compared cycle (summed like the advantage)
 
     def __post_init__(self) -> None:
         at_least("eval-seeds", self.eval_seeds, 2)
         if self.silo_fit:
             at_least("trials", self.fit.trials, 1)
+        at_least("replicates", self.replicates, 1)
+        if not isinstance(self.margin, (int, float)) or not 0 <= self.margin < float("inf"):
+            raise SpecError("margin", f"must be a number >= 0 (points per compared cycle), got {self.margin!r}")
+        if self.replicates > 1:
+            from oracle_search.replicates import check_seed_room
+
+            check_seed_room(self.oracle.seeds, self.eval_seeds, self.fit.seeds)
 
 
 @dataclass(frozen=True)
@@ -358,56 +368,86 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
     return peaks
 
 
+def run_study(runner, options: CompareOptions):
+    """One whole study on `runner`'s folder: the Oracle, SILO (fit, then paper's δ), the baselines' tuning and every
+    method's final runs, the completions the verdict needs; writes the results table. Returns silo_fit's study
+    and the SILO variants that got parameters. `compare` runs one; `--replicates R` runs R side by side."""
+    from oracle_search.baselines import run_baselines
+
+    spec, say = runner.spec, runner.progress.say
+    tune, evaluate = tuning_seeds(spec, options.oracle.seeds), evaluation_seeds(spec, options.eval_seeds)
+    say(f"compare: {spec.preset}, {spec.cycles + 1} cycles, tuning seeds {tune}, evaluation seeds {evaluate} "
+        f"-> {runner.out}")
+    say("== 1/4 Oracle ==")
+    _oracle(runner, options.oracle)
+    runner.write_results()
+    study = None
+    if options.silo_fit:
+        say("== 2/4 SILO: silo_fit (Optuna), then silo_paper's δ ==")
+        study = _fit(runner, options.fit)
+        runner.write_results()
+    else:
+        say("== 2/4 SILO: silo_paper's δ ==")
+    variants = _silo_variants(runner, options, study)
+    say("== 3/4 baselines' tuning and every method's final runs ==")
+    run_baselines(runner, tune, evaluate, list(spec.grid), variants, racing=options.oracle.racing)
+    if options.oracle.racing:
+        _complete_for_verdict(runner, options.oracle)
+    runner.write_results()
+    return study, variants
+
+
+def _fit_failed(study, variants) -> None:
+    """FitFailed when every silo_fit trial diverged or stopped (after the report is written)."""
+    if study is not None and Method.SILO_FIT not in variants:
+        from oracle_search.fitter import best_params
+
+        best_params(study)
+
+
 @one_driver("compare")
 def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOptions(),
             address: str | None = None, callbacks: list[str] | None = None,
             seconds_per_epoch: float | None = None) -> CompareResult:
     """The main job: Oracle, silo_paper, silo_fit, the baselines' tuning, every method's final runs on held-out
-    seeds, and the report; one resumable run on one folder. `seconds_per_epoch`: the estimate's (default: timed
-    on a worker)."""
+    seeds, and the report; resumable on its folder. With `options.replicates` R > 1, R whole studies in
+    OUT/replicate-1..R sharing the slots, and a report over them (oracle_search.replicates); with R = 1, one study
+    in OUT. `seconds_per_epoch`: the estimate's (default: timed on a worker)."""
     from oracle_search import estimate
-    from oracle_search.baselines import run_baselines
+    from oracle_search.replicates import check_folder, run_replicates
 
     reject_silo_schedule(spec)
     options.fit.target(spec)
     out = Path(out)
+    if options.replicates > 1:
+        return run_replicates(spec, out, options, address, callbacks, seconds_per_epoch)
+    check_folder(out, 1)
     with _runner(spec, out, address, callbacks, options.oracle.fuse) as runner:
         _write_estimate(runner, "compare", options, seconds_per_epoch)
-        say = runner.progress.say
-        tune, evaluate = tuning_seeds(spec, options.oracle.seeds), evaluation_seeds(spec, options.eval_seeds)
-        say(f"compare: {spec.preset}, {spec.cycles + 1} cycles, tuning seeds {tune}, evaluation seeds {evaluate} "
-            f"-> {runner.out}")
-        say("== 1/4 Oracle ==")
-        _oracle(runner, options.oracle)
-        runner.write_results()
-        study = None
-        if options.silo_fit:
-            say("== 2/4 SILO: silo_fit (Optuna), then silo_paper's δ ==")
-            study = _fit(runner, options.fit)
-            runner.write_results()
-        else:
-            say("== 2/4 SILO: silo_paper's δ ==")
-        variants = _silo_variants(runner, options, study)
-        say("== 3/4 baselines' tuning and every method's final runs ==")
-        run_baselines(runner, tune, evaluate, list(spec.grid), variants, racing=options.oracle.racing)
-        if options.oracle.racing:
-            _complete_for_verdict(runner, options.oracle)
+        study, variants = run_study(runner, options)
         table = runner.write_results()
     estimate.finish(out)  # before the report, which prints the estimate next to the time taken
-    say("== 4/4 report ==")
-    result = CompareResult(table, report(out))
-    if study is not None and Method.SILO_FIT not in variants:
-        from oracle_search.fitter import best_params
-
-        best_params(study)  # FitFailed: every silo_fit trial diverged or stopped; the report is written
+    runner.progress.say("== 4/4 report ==")
+    result = CompareResult(table, report(out, options.margin))
+    _fit_failed(study, variants)
     return result
 
 
-def report(out: Path) -> Path:
-    """Write the report of a results folder; returns report.html's path (report.md lies beside it)."""
+def report(out: Path, margin: float | None = None) -> Path:
+    """Write the report of a results folder, or of a folder of replicates (its report over them, and each
+    replicate's own); returns report.html's path (report.md lies beside it). `margin`: points per compared cycle
+    (default: what the replicates' folder recorded, else 0.5)."""
+    from analysis.replicate_report import write_replicates_report
     from analysis.report import write_report
+    from oracle_search.replicates import manifest, replicate_dir
 
-    return write_report(Path(out))["report.html"]
+    out = Path(out)
+    found = manifest(out)
+    if found is None:
+        return write_report(out, margin_per_cycle=MARGIN_PER_CYCLE if margin is None else margin)["report.html"]
+    margin = found["margin_per_cycle"] if margin is None else margin
+    runs = [replicate_dir(out, r) for r in range(1, found["replicates"] + 1)]
+    return write_replicates_report(out, runs, margin, own_reports=True)["report.html"]
 
 
 def results(out: Path) -> pd.DataFrame:

@@ -81,12 +81,19 @@ class Progress:
                 self._draw()
 
     def trial(self, row: dict) -> None:
+        self.say(self.trial_line(row))
+
+    def trial_line(self, row: dict) -> str:
         tag = f"{row.get('method', '?')}/{row.get('stage', '?')}"
         extra = f" trial {int(row['study_trial'])}" if row.get("study_trial") is not None else ""
         state = " DIVERGED" if row["diverged"] else ""
-        self.say(f"  [{self.elapsed()}] {tag}{extra} cycle {row['cycle']} seed {row['seed']} "
-                 f"max_lr {row['max_lr']:.4g}: val {row['val_acc']:.1f} test {row['test_acc']:.1f} "
-                 f"(epoch {row['best_epoch']}/{row['epochs']}, {row['seconds']:.1f}s){state}")
+        return (f"  [{self.elapsed()}] {tag}{extra} cycle {row['cycle']} seed {row['seed']} "
+                f"max_lr {row['max_lr']:.4g}: val {row['val_acc']:.1f} test {row['test_acc']:.1f} "
+                f"(epoch {row['best_epoch']}/{row['epochs']}, {row['seconds']:.1f}s){state}")
+
+    def tagged(self, tag: str) -> "Tagged":
+        """This progress as one of several drivers sharing it sees it: its lines start with `tag`."""
+        return Tagged(self, tag)
 
     def elapsed(self) -> str:
         return clock(time.monotonic() - self.started)
@@ -167,6 +174,23 @@ class Progress:
         """A Tune callback feeding this progress: `tags(key)` gives a trial's results-table tags (its method),
         `queued()` the number of trials the driver queued that Tune has not taken yet."""
         return _Watch(self, tags, queued)
+
+
+class Tagged:
+    """A Progress shared by several drivers (replicates), as one of them sees it: the lines it says start with its
+    tag; the status line and everything else are the shared Progress's."""
+
+    def __init__(self, progress: Progress, tag: str):
+        self.progress, self.tag = progress, tag
+
+    def say(self, line: str) -> None:
+        self.progress.say(f"[{self.tag}] {line}")
+
+    def trial(self, row: dict) -> None:
+        self.say(self.progress.trial_line(row))
+
+    def __getattr__(self, name: str):
+        return getattr(self.progress, name)
 
 
 class _Watch(tune.Callback):

@@ -87,6 +87,10 @@ class ResultRow:
     checkpoint: str = ""
     checkpoint_hash: str = ""
     start_hash: str = ""
+    # UTC ISO-8601 with milliseconds ("2026-11-27T11:41:03.123Z"); "" in tables written before they existed.
+    queued: str = ""  # filled by the engine (oracle_search.engine)
+    started: str = ""  # CycleResult: the training began (before its data and model are set up)
+    finished: str = ""  # CycleResult: its checkpoint and statistics written (a fused trial's candidates share both)
     epsilon: float = float("nan")
     delta: float = float("nan")
     q: float = float("nan")
@@ -120,7 +124,8 @@ def results_frame(rows: Iterable[dict]) -> pd.DataFrame:
     for col in FLAGS:
         frame[col] = frame[col].fillna(0).astype(bool)
     frame["fused"] = frame["fused"].fillna(1).astype(int)
-    for col in ("training", "key", "checkpoint", "checkpoint_hash", "start_hash", "trial_id", "precision"):
+    for col in ("training", "key", "checkpoint", "checkpoint_hash", "start_hash", "trial_id", "precision", "queued",
+                "started", "finished"):
         frame[col] = frame[col].astype(object).fillna("").astype(str)
     frame = frame.sort_values(SORT, na_position="first", kind="stable").reset_index(drop=True)
     frame["current"] = current_mask(frame)

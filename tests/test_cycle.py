@@ -199,3 +199,42 @@ def test_precision_autocasts_the_forward_pass_on_cpu_too(precision, dtype):
     assert loss.dtype == torch.float32 and all(p.dtype == torch.float32 for p in model.parameters())
     other = "fp32" if precision == "bf16" else "bf16"
     assert dataclasses.replace(TINY, precision=other).training_fingerprint() != spec.training_fingerprint()
+
+
+STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+
+
+def test_a_cycle_stamps_when_it_started_and_finished_and_the_stamps_reach_its_row(tmp_path):
+    """Issue 37: `started` (before data and model set-up) and `finished` (checkpoint and statistics written) in UTC
+    with milliseconds; they enclose `seconds`. The engine's row fields (`ROW_METRICS`, what `_record` copies from
+    a trial's result) carry them into the results table. A fused trial's candidates share the trial's pair."""
+    import re
+    from datetime import datetime, timezone
+
+    import pandas as pd
+
+    from oracle_search.engine import PLACEMENT, ROW_METRICS
+    from oracle_search.schema import results_frame
+    from trainables.fused import run_fused_cycle
+
+    def now() -> pd.Timestamp:
+        return pd.Timestamp(datetime.now(timezone.utc)).floor("ms")  # as the stamps are truncated
+
+    before = now()
+    r = run_cycle(TINY, cycle=0, max_lr=0.1, seed=0, checkpoint_dir=tmp_path / "c0")
+    after = now()
+    assert re.fullmatch(STAMP, r.started) and re.fullmatch(STAMP, r.finished)
+    started, finished = pd.to_datetime(r.started, utc=True), pd.to_datetime(r.finished, utc=True)
+    assert before <= started <= finished <= after
+    assert (finished - started).total_seconds() == pytest.approx(r.seconds, abs=0.02)
+
+    assert {"started", "finished"} <= set(ROW_METRICS)
+    metrics = r.row() | {"final": True, "key": "k"}  # as cycle_trainable reports it, placement aside
+    row = {k: metrics[k] for k in ROW_METRICS if k not in PLACEMENT} | {"method": "oracle", "stage": "grid"}
+    framed = results_frame([row]).iloc[0]
+    assert (framed["started"], framed["finished"], framed["queued"]) == (r.started, r.finished, "")
+
+    fused = run_fused_cycle(dataclasses.replace(TINY, precision="fp32"), cycle=0, max_lrs=[0.03, 0.1], seed=0)
+    assert len({(c.started, c.finished) for c in fused}) == 1 and re.fullmatch(STAMP, fused[0].finished)
+    span = pd.to_datetime(fused[0].finished, utc=True) - pd.to_datetime(fused[0].started, utc=True)
+    assert span.total_seconds() == pytest.approx(sum(c.seconds for c in fused), abs=0.02)  # shares of the span

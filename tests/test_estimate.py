@@ -29,7 +29,7 @@ from trainables.spec import Resources
 SPEC = dataclasses.replace(PRESETS["digits-mlp"].spec, cycles=2, precision="fp32",
                            resources=Resources(max_concurrent=2))
 OPTIONS = CompareOptions(oracle=OracleOptions(seeds=3, refine=1, mode="exhaustive"),
-                         fit=FitOptions(trials=8, seeds=1), eval_seeds=3)
+                         fit=FitOptions(trials=8, seeds=1), eval_seeds=3, replicates=1)
 
 # Worked by hand from docs/design.md, "Which values are trained":
 # - Oracle, cycle 0: the 4 grid values + one refinement round of at most 4 (one per interval edge) = 8 values.
@@ -153,6 +153,20 @@ def test_seconds_per_epoch_gives_epochs_times_seconds_over_slots():
     assert found.seconds("most") == pytest.approx(sum(HAND_MOST.values()) * 30 * 0.25 / 2, rel=1e-12)
 
 
+def test_replicates_repeat_every_phase_side_by_side_on_the_same_slots():
+    """R replicates: each phase R times, R times as wide. With 2 slots every phase here is at least 2 wide, so
+    R = 3 costs exactly 3 times one replicate; with 3·(the widest phase) slots a phase of width w runs 3·w at once
+    instead of w, so R = 3 costs the same wall time as one replicate."""
+    one = estimate.estimate("compare", SPEC, OPTIONS, None, seconds_per_epoch=0.25)
+    three = estimate.estimate("compare", SPEC, dataclasses.replace(OPTIONS, replicates=3), None,
+                              seconds_per_epoch=0.25)
+    assert three.replicates == 3 and three.seconds() == pytest.approx(3 * one.seconds(), rel=1e-12)
+    assert "replicates: 3 whole studies side by side" in "\n".join(three.lines())
+    slots = 3 * max(p.width for p in one.phases)
+    wide, narrow = dataclasses.replace(three, slots=slots), dataclasses.replace(one, slots=slots)
+    assert wide.seconds() == pytest.approx(narrow.seconds(), rel=1e-12)
+
+
 def run(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     captured = capsys.readouterr()
@@ -168,8 +182,9 @@ def test_dry_run_with_given_seconds_prints_the_plan_and_writes_nothing(tmp_path,
                         "--out", str(out))
     assert code == 0 and not out.exists()
     assert "precision: fp32" in text and "slots: 2" in text
-    total = sum(HAND_RACING_TYPICAL.values()) * 30 * 0.25 / 2  # racing, the default: 570 s
-    assert f"estimate: {total:,.0f} s" in text
+    # racing and 3 replicates, the defaults: 3 x 570 s (every phase here is at least 2 wide)
+    total = 3 * sum(HAND_RACING_TYPICAL.values()) * 30 * 0.25 / 2
+    assert f"estimate: {total:,.0f} s" in text and "replicates: 3 whole studies" in text
     assert f"{sum(HAND_MOST.values()):,}" in text  # the total at most
 
 

@@ -25,7 +25,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers canno
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "custom_cnn"
-QUICK = ["--cycles", "1", "--epochs", "1", "--grid", "0.1,0.4", "--refine", "0"]
+QUICK = ["--cycles", "1", "--epochs", "1", "--grid", "0.1,0.4", "--refine", "0"]  # `compare` adds --replicates 1
 # 1.5 of a node's 2 CPUs: one trial a node, so both nodes train, on one torch thread each (a trial runs on its whole
 # CPUs): the fake nodes share this machine's 2 cores, where two 2-thread trials made the API's compare 54 s, not 20 s.
 ONE_A_NODE = 1.5
@@ -50,7 +50,7 @@ def test_oracle_then_compare_run_the_example_from_its_experiment_file(ray_local,
     oracle_rows = {p.name for p in (out / "ledger").glob("oracle-*.json")}
     assert len(oracle_rows) == 4  # 2 max_lr x 2 cycles; cycle 1 chained from the import-path model's checkpoint
 
-    assert cli(["compare", "--config", config, "--out", str(out), *QUICK, "--trials", "1"]) == 0, \
+    assert cli(["compare", "--config", config, "--out", str(out), *QUICK, "--trials", "1", "--replicates", "1"]) == 0, \
         capsys.readouterr().err[-3000:]
     rows = pd.read_parquet(out / "results.parquet")
     assert {"oracle", "constant", "cosine"} <= set(rows["method"])

@@ -167,3 +167,26 @@ def test_an_older_tables_rows_read_back_with_the_conventions_for_columns_it_lack
     assert back["checkpoint_hash"].tolist() == ["", ""] and back["start_hash"].tolist() == ["", ""]
     assert back["val_acc"].tolist() == [90.0, 91.0] and back["selected"].tolist() == [True, False]
     assert back["trial_id"].tolist() == ["t0", "t1"] and back["checkpoint"].tolist() == ["/c/0", "/c/1"]
+
+
+def test_a_table_without_timestamps_reads_with_empty_ones_and_written_ones_round_trip(tmp_path):
+    """`queued`, `started`, `finished` (issue 37): a table written before them reads back with "" (never NaN, from
+    Parquet or CSV); a row with them keeps its strings through both files."""
+    old = oracle(0, 0, {0.01: 70.0, 0.02: 80.0}, start="", pick=0.02)
+    frame = write_results(tmp_path, old).drop(columns=["queued", "started", "finished"])
+    frame.to_parquet(tmp_path / "results.parquet", index=False)  # as the older version wrote it
+    frame.to_csv(tmp_path / "results.csv", index=False)
+    for path in (tmp_path / "results.parquet", tmp_path / "results.csv"):
+        raw = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        assert "started" not in raw
+        back = results_frame(raw.to_dict("records"))
+        for col in ("queued", "started", "finished"):
+            assert back[col].tolist() == ["", ""], (path.name, col)
+    stamped = [old[0] | {"started": "2026-11-27T11:41:03.123Z", "finished": "2026-11-27T11:41:09.456Z"}, old[1]]
+    write_results(tmp_path, stamped)
+    csv = pd.read_csv(tmp_path / "results.csv")
+    assert csv["queued"].isna().all()  # what pandas makes of an empty CSV cell ...
+    back = results_frame(csv.to_dict("records")).sort_values("max_lr")
+    assert back["started"].tolist() == ["2026-11-27T11:41:03.123Z", ""]  # ... and the frame makes it "" again
+    assert back["finished"].tolist() == ["2026-11-27T11:41:09.456Z", ""] and back["queued"].tolist() == ["", ""]
+    assert read_results(tmp_path).sort_values("max_lr")["started"].tolist() == ["2026-11-27T11:41:03.123Z", ""]

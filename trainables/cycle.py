@@ -26,6 +26,7 @@ from trainables.precision import autocast, grad_scaler, resolve_precision
 from trainables.pruning import Masks, MaskedWeights, apply_masks, density, full_masks, prunable, prune
 from trainables.schedules import cycle_peak, lr_at
 from trainables.spec import ExperimentSpec, OptimizerSpec
+from trainables.timestamps import utc_now
 
 HIST_BINS = 40
 
@@ -53,6 +54,11 @@ class CycleResult:
     checkpoint: str
     checkpoint_hash: str
     start_hash: str
+    # UTC ISO-8601 (`trainables.timestamps.utc_now`): `started` as the training begins, before its data and model
+    # are set up; `finished` once its checkpoint and statistics are written. They enclose what `seconds` measures
+    # (a fused trial's candidates share the whole fused training's pair; their `seconds` are shares of it).
+    started: str = ""
+    finished: str = ""
 
     def row(self) -> dict:
         return asdict(self)
@@ -209,7 +215,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
     `on_epoch`, if given, receives {epoch, val_acc, train_loss, lr} after every finished epoch. `timings`, if
     given, receives the seconds spent per phase (data, prepare, train, evaluate, report, statistics, checkpoint,
     total), measured around whole epochs, never per step (benchmarks/step_efficiency.py reads them)."""
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), utc_now()  # before data loading and model set-up: they are counted
     clock = _Clock(timings)
     device = resolve_device(spec.device)
     spec = dataclasses.replace(spec, precision=resolve_precision(spec.precision, device))
@@ -266,7 +272,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
     result = finish_cycle(spec, model, masks, data, device, clock, cycle=cycle, seed=seed, peak=peak,
                           rewind=rewind, best_val=best_val, best_test=best_test, best_epoch=best_epoch,
                           epochs=epochs_run, diverged=diverged, start_hash=start_hash, checkpoint_dir=checkpoint_dir,
-                          seconds_so_far=time.perf_counter() - started)
+                          seconds_so_far=time.perf_counter() - started, started_at=started_at)
     if timings is not None:
         timings["total"] = result.seconds
     return result
@@ -275,10 +281,11 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
 def finish_cycle(spec: ExperimentSpec, model: nn.Module, masks: Masks, data: Data, device: torch.device,
                  clock: "_Clock | None" = None, *, cycle: int, seed: int, peak: float, rewind: dict | None, best_val: float,
                  best_test: float, best_epoch: int, epochs: int, diverged: bool, start_hash: str,
-                 checkpoint_dir: str | Path | None, seconds_so_far: float) -> CycleResult:
+                 checkpoint_dir: str | Path | None, seconds_so_far: float, started_at: str = "") -> CycleResult:
     """The end of a cycle, for `run_cycle` and for each candidate of a fused one: `model` holds the weights of the
     best-validation epoch (the chained ones); write the checkpoint, measure §3.1's statistics on them, and make
-    the row. `seconds_so_far`: the training's time before this, to which this step's own time is added."""
+    the row. `seconds_so_far`: the training's time before this, to which this step's own time is added;
+    `started_at`: when the training began (`utc_now`), the row's `started`; its `finished` is this step's end."""
     started, clock = time.perf_counter(), clock or _Clock(None)
     path, digest = "", ""
     if checkpoint_dir is not None:  # first: the statistics' training-mode batch moves batch norm's buffers
@@ -295,7 +302,8 @@ def finish_cycle(spec: ExperimentSpec, model: nn.Module, masks: Masks, data: Dat
         cycle=cycle, seed=seed, max_lr=peak, density=density(masks), val_acc=best_val, test_acc=best_test,
         best_epoch=best_epoch, epochs=epochs, seconds=seconds_so_far + time.perf_counter() - started,
         device=str(device), precision=spec.precision, diverged=diverged, grad_std=grad_std, act_std=act_std,
-        grad_hist=grad_hist, act_hist=act_hist, checkpoint=path, checkpoint_hash=digest, start_hash=start_hash)
+        grad_hist=grad_hist, act_hist=act_hist, checkpoint=path, checkpoint_hash=digest, start_hash=start_hash,
+        started=started_at, finished=utc_now())
 
 
 class _Clock:

@@ -34,6 +34,7 @@ from trainables.pruning import Masks
 from trainables.precision import resolve_precision
 from trainables.schedules import cycle_peak, lr_at
 from trainables.spec import ExperimentSpec, OptimizerSpec, SpecError
+from trainables.timestamps import utc_now
 
 State = dict[str, torch.Tensor]
 
@@ -295,7 +296,7 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
         raise ValueError("max_lrs: at least one candidate is needed")
     if checkpoint_dirs is not None and len(checkpoint_dirs) != len(max_lrs):
         raise ValueError(f"checkpoint_dirs: {len(checkpoint_dirs)} given for {len(max_lrs)} candidates")
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), utc_now()  # before data loading and set-up, as run_cycle's
     device = resolve_device(spec.device)
     spec = dataclasses.replace(spec, precision=resolve_precision(spec.precision, device))
     if spec.precision == "fp16":  # after `auto` is resolved: on a GPU older than capability 8.0 it means fp16
@@ -380,6 +381,8 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
             spec, model, masks, data, device, cycle=cycle, seed=seed, peak=peaks[c],
             rewind=rewinds[c], best_val=best_val[c], best_test=best_test[c], best_epoch=best_epoch[c],
             epochs=epochs_run[c], diverged=diverged[c], start_hash=start_hash,
-            checkpoint_dir=None if checkpoint_dirs is None else checkpoint_dirs[c], seconds_so_far=seconds))
-    return results
+            checkpoint_dir=None if checkpoint_dirs is None else checkpoint_dirs[c], seconds_so_far=seconds,
+            started_at=started_at))
+    finished = utc_now()  # the trial's: every candidate held its slot until the last one's checkpoint and statistics
+    return [dataclasses.replace(r, finished=finished) for r in results]
 

@@ -1,0 +1,129 @@
+"""`oracle-search report RUN [RUN ...] --out DIR`: the report over finished runs as replicates, on the two committed
+exhaustive compares of the default (base seeds 0 and 100: tables written before rows had timestamps), and its
+refusals: exit 2, one line naming both runs, nothing written."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT, cli
+from oracle_search.replicates import SEED_STRIDE, check_folder, check_seed_room, replicate_dir, replicate_spec
+from trainables.spec import SpecError
+
+RUNS = ROOT / "benchmarks" / "results" / "compare-2026-11-27"
+SEED0, SEED100 = RUNS / "exhaustive-seed0", RUNS / "exhaustive-seed100"
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    dst.mkdir(parents=True)
+    for name in ("results.parquet", "spec.json", "silo_paper.json", "silo_fit.json"):
+        shutil.copy(src / name, dst / name)
+    return dst
+
+
+def test_two_older_runs_aggregate_into_the_verdict_and_replicates_tables(tmp_path, capsys):
+    out = tmp_path / "over"
+    assert cli(["report", str(SEED0), str(SEED100), "--out", str(out)]) == 0
+    verdict = pd.read_csv(out / "tables" / "verdict.csv")
+    assert list(verdict.columns[:10]) == ["schedule", "versus", "advantage", "ci_lo", "ci_hi", "replicates", "verdict",
+                                          "margin", "holm", "replicates_needed"]
+    per = pd.read_csv(out / "tables" / "replicates.csv")
+    assert list(per.columns) == ["replicate", "schedule", "versus", "advantage", "ci_lo", "ci_hi", "n", "verdict"]
+    assert len(per) == 2 * len(verdict) and set(verdict["replicates"]) == {2}
+    # The issue's reversal: SILO (fit) vs not adapting is +4.32 at seed 0 and -4.83 at seed 100.
+    row = per[(per["schedule"] == "silo_fit") & (per["versus"] == "constant_dense")].set_index("replicate")
+    assert row.loc["replicate-1", "advantage"] == pytest.approx(4.32, abs=0.005)
+    assert row.loc["replicate-2", "advantage"] == pytest.approx(-4.83, abs=0.005)
+    over = verdict[(verdict["schedule"] == "silo_fit") & (verdict["versus"] == "constant_dense")].iloc[0]
+    assert over["advantage"] == pytest.approx((4.32 - 4.83) / 2, abs=0.01) and over["verdict"] == "inconclusive"
+    # 6 compared cycles at 0.5 points each
+    assert set(verdict["margin"]) == {3.0}
+    report = (out / "report.md").read_text()
+    first = report.index("## The answer over 2 replicates")
+    assert first < report.index("### Each replicate's labels") < report.index("## The choices each replicate made")
+    # the disagreement beyond their own intervals, and the choices that differed upstream
+    assert ("SILO (fit) vs not adapting (constant_dense): replicate-1 and replicate-2 disagree beyond their own "
+            "intervals (+4.32 [+2.38, +6.26] vs -4.83 [-5.61, -4.05]); the upstream choices that differed: the dense "
+            "choice (0.16 vs 0.32)") in report
+    assert (SEED0 / "report.md").exists() is False  # each run's own folder is left as it is
+
+
+def test_runs_of_different_specs_are_refused_naming_both_and_nothing_is_written(tmp_path, capsys):
+    other = copy_run(SEED100, tmp_path / "other")
+    spec = json.loads((other / "spec.json").read_text())
+    spec["epochs"] += 1
+    (other / "spec.json").write_text(json.dumps(spec))
+    out = tmp_path / "over"
+    assert cli(["report", str(SEED0), str(other), "--out", str(out)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert str(SEED0) in line and str(other) in line and "different experiments" in line and "epochs" in line
+    assert not out.exists()
+
+
+def test_runs_sharing_a_seed_are_refused_naming_both_and_nothing_is_written(tmp_path, capsys):
+    twin = copy_run(SEED0, tmp_path / "twin")
+    out = tmp_path / "over"
+    assert cli(["report", str(SEED0), str(twin), "--out", str(out)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert str(SEED0) in line and str(twin) in line and "share seed(s) 0, 1, 2, 1000" in line
+    assert not out.exists()
+
+
+def test_several_runs_need_an_out_folder_that_is_none_of_them(tmp_path, capsys):
+    assert cli(["report", str(SEED0), str(SEED100)]) == 2
+    assert "--out" in capsys.readouterr().err
+    run = copy_run(SEED0, tmp_path / "run")
+    assert cli(["report", str(run), str(SEED100), "--out", str(run)]) == 2
+    assert "is one of the runs" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == ["results.parquet", "silo_fit.json", "silo_paper.json", "spec.json"]
+
+
+def test_replicate_seeds_are_the_base_seed_moved_by_the_stride_and_stay_disjoint():
+    from oracle_search.pipeline import evaluation_seeds, tuning_seeds
+    from trainables.presets import PRESETS
+
+    base = PRESETS["tiny"].spec
+    seeds = []
+    for r in (1, 2, 3):
+        spec = replicate_spec(base, r)
+        assert spec.seed == base.seed + SEED_STRIDE * (r - 1)
+        seeds.append(set(tuning_seeds(spec, 3)) | set(evaluation_seeds(spec, 3)))
+    assert replicate_spec(base, 1) == base  # replicate 1 is the run --replicates 1 makes
+    assert not (seeds[0] & seeds[1]) and not (seeds[1] & seeds[2]) and not (seeds[0] & seeds[2])
+    assert seeds[1] == {10_000, 10_001, 10_002, 11_000, 11_001, 11_002}
+
+
+def test_seed_counts_that_would_reach_the_next_replicate_are_refused():
+    check_seed_room(1000, 9000, 1)  # the edge: still disjoint
+    with pytest.raises(SpecError, match="seeds"):
+        check_seed_room(1001, 3, 1)
+    with pytest.raises(SpecError, match="eval-seeds"):
+        check_seed_room(3, 9001, 1)
+
+
+def test_a_folder_holds_one_run_or_replicates_never_both(tmp_path):
+    single = copy_run(SEED0, tmp_path / "single")
+    with pytest.raises(SpecError, match="holds a single run"):
+        check_folder(single, 3)
+    check_folder(single, 1)
+    many = tmp_path / "many"
+    many.mkdir()
+    (many / "replicates.json").write_text(json.dumps({"replicates": 3}))
+    with pytest.raises(SpecError, match="holds 3 replicates"):
+        check_folder(many, 1)
+    check_folder(many, 3)
+    assert replicate_dir(many, 2) == many / "replicate-2"
+
+
+def test_compare_options_refuse_a_bad_replicate_count_or_margin():
+    from oracle_search.pipeline import CompareOptions
+
+    with pytest.raises(SpecError, match="replicates"):
+        CompareOptions(replicates=0)
+    with pytest.raises(SpecError, match="margin"):
+        CompareOptions(margin=-0.1)
+    assert CompareOptions().replicates == 3 and CompareOptions().margin == 0.5
