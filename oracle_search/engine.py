@@ -525,6 +525,7 @@ class Engine:
         self._owner: dict[str, tuple["Runner", Training]] = {}  # Tune trial key -> (its Runner, its training)
         self._queued: dict[str, str] = {}  # Tune trial key -> when the driver handed it over (UTC)
         self._stopping = False
+        self._starting = threading.Lock()  # drivers in several threads (replicates) start one experiment, not two
 
     def training(self, key: str) -> Training:
         return self._owner[key][1]
@@ -609,8 +610,11 @@ class Engine:
             self.done.notify_all()
 
     def start(self) -> None:
-        if self.queue is not None:
-            return
+        with self._starting:
+            if self.queue is None:
+                self._start()
+
+    def _start(self) -> None:
         connect(self.address, runtime_env(self.spec))
         inner = self.trainable
         res = self.spec.resources

@@ -120,6 +120,7 @@ def run_replicates(spec: ExperimentSpec, out: Path, options, address: str | None
                                 progress=progress.tagged(f"r{r}"), fuse=fuse_size(s, options.oracle.fuse),
                                 engine=engine)
         _write_estimate(out, first, options, address, seconds_per_epoch, say)
+        engine.start()
         seeds = {r: (pipeline.tuning_seeds(s, options.oracle.seeds), pipeline.evaluation_seeds(s, options.eval_seeds))
                  for r, s in specs.items()}
         say(f"compare: {spec.preset}, {R} replicates of {spec.cycles + 1} cycles on one engine -> {out}; " +

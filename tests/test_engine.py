@@ -422,3 +422,27 @@ def test_trials_do_not_run_here_on_a_cluster_of_several_nodes(two_nodes):
     from oracle_search.engine import trials_run_here
 
     assert not trials_run_here(TINY, two_nodes.address)
+
+
+def test_drivers_in_several_threads_start_one_experiment_not_two(tmp_path, monkeypatch):
+    """Replicates hand an engine trainings from a thread each; the first hands start the Tune experiment, once."""
+    import threading
+
+    from oracle_search.engine import Engine
+    from oracle_search.progress import Progress
+
+    engine = Engine(TINY, "race", None, str(tmp_path), Progress(io.StringIO()))
+    started = []
+
+    def slow_start() -> None:  # stands in for Tune's start: slow enough for every thread to arrive meanwhile
+        time.sleep(0.2)
+        started.append(threading.current_thread().name)
+        engine.queue = object()
+
+    monkeypatch.setattr(engine, "_start", slow_start)
+    threads = [threading.Thread(target=engine.start, name=f"driver-{i}") for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(started) == 1

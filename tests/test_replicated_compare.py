@@ -1,0 +1,78 @@
+"""`compare --replicates 2` on the tiny preset, on the suite's real local Ray (2 CPUs) with half a CPU per trial,
+so 4 slots: a driver SIGKILLed while both replicates train, then the same command again, which resumes both without
+retraining a finished training. One run, several assertions."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import TINY_COMPARE, cli, ray_env, run_until
+
+ARGV = [*TINY_COMPARE[:-2], "--replicates", "2", "--cpus-per-trial", "0.5"]  # TINY_COMPARE ends with --replicates 1
+SLOTS = 4
+OVERHEAD_S = 1.5  # a trial's time outside its started/finished pair (Tune handing it over, its report): see slots
+
+
+@pytest.fixture(scope="module")
+def replicated(ray_local, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("replicated") / "cmp"
+    # Killed once replicate 2 has a finished training of its silo_fit study: both replicates are under way.
+    run_until([sys.executable, "-m", "oracle_search.cli", *ARGV, "--out", str(out)], "[r2]   [", ray_env(ray_local))
+    before = {r: {p.name: json.loads(p.read_text())["trial_id"] for p in (out / f"replicate-{r}" / "ledger").glob("*.json")}
+              for r in (1, 2)}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = cli([*ARGV, "--out", str(out)])
+    rows = pd.concat([pd.read_parquet(out / f"replicate-{r}" / "results.parquet").assign(replicate=r) for r in (1, 2)],
+                     ignore_index=True)
+    return {"out": out, "before": before, "code": code, "stdout": printed.getvalue(), "rows": rows}
+
+
+@pytest.mark.slow
+def test_the_resumed_run_finishes_and_retrains_nothing_the_killed_one_finished(replicated):
+    assert replicated["code"] == 0, replicated["stdout"][-3000:]
+    out = replicated["out"]
+    for r in (1, 2):
+        assert replicated["before"][r], f"replicate {r} had finished nothing before the kill"
+        after = {p.name: json.loads(p.read_text())["trial_id"] for p in (out / f"replicate-{r}" / "ledger").glob("*.json")}
+        assert {k: after[k] for k in replicated["before"][r]} == replicated["before"][r]
+
+
+@pytest.mark.slow
+def test_each_replicate_is_a_complete_run_with_seeds_of_its_own(replicated, capsys):
+    out, rows = replicated["out"], replicated["rows"]
+    seeds = {r: set(rows.loc[rows["replicate"] == r, "seed"]) for r in (1, 2)}
+    assert seeds[1] == {0, 1, 1000, 1001} and seeds[2] == {10_000, 10_001, 11_000, 11_001}
+    for r in (1, 2):
+        folder = out / f"replicate-{r}"
+        assert json.loads((folder / "spec.json").read_text())["seed"] == 10_000 * (r - 1)
+        assert (folder / "report.md").exists()
+        assert cli(["report", str(folder)]) == 0  # each reads alone
+    assert json.loads((out / "replicates.json").read_text())["replicates"] == 2
+    verdict = pd.read_csv(out / "tables" / "verdict.csv")
+    assert set(verdict["replicates"]) <= {2} and len(verdict) >= 6
+    assert (out / "report.md").read_text().splitlines()[2] == "## The answer over 2 replicates"
+
+
+@pytest.mark.slow
+def test_the_replicates_trained_side_by_side_and_no_slot_idled_while_a_training_was_ready(replicated):
+    from analysis.slots import idle_while_ready, slot_lanes
+
+    rows = replicated["rows"]
+    trained = rows[~rows["reused"].astype(bool) & (rows["started"] != "")]
+    t = {c: pd.to_datetime(trained[c], utc=True, format="ISO8601") for c in ("started", "finished")}
+    one, two = trained["replicate"] == 1, trained["replicate"] == 2
+    overlapping = sum(((t["started"][two] < f) & (t["finished"][two] > s)).any()
+                      for s, f in zip(t["started"][one], t["finished"][one]))
+    assert overlapping >= 10, overlapping  # replicate 1's trainings that ran while one of replicate 2's did
+    assert len(slot_lanes(rows, "replicate")["lane"].unique()) > 1
+    idle = idle_while_ready(rows, SLOTS, OVERHEAD_S)
+    assert idle.empty, idle.head(10).to_string()
+    # the check can fail: against a cluster of more slots than this one has, the same rows idle
+    assert not idle_while_ready(rows, SLOTS + 2, OVERHEAD_S).empty
