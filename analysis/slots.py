@@ -87,6 +87,9 @@ def slot_lanes(rows: pd.DataFrame, replicate_column: str | None = None) -> pd.Da
     return out[columns]
 
 
+SESSION = r"-(\d{8}-\d{6}-\d+)/"  # the Tune experiment folder a row's checkpoint lies in: one per driver (engine.Engine)
+
+
 def idle_while_ready(rows: pd.DataFrame, slots: int, overhead_s: float) -> pd.DataFrame:
     """The trainings that waited while a slot was free: one row per training (key, replicate if any, `at_s` the
     first such moment in seconds since the first start, `running` then) whose wait, from `queued` (handed to the
@@ -95,10 +98,13 @@ def idle_while_ready(rows: pd.DataFrame, slots: int, overhead_s: float) -> pd.Da
 
     A slot is counted as held from `overhead_s` before a training's `started` to `overhead_s` after its
     `finished`: what a trial spends outside the pair (Tune handing it to an actor, its report) is not idleness, and
-    a wait shorter than that is no wait. Waits before the first training started (Ray starting its actors) are
-    not counted. Reused rows and rows without the three timestamps are left out; a fused trial is one training."""
+    a wait shorter than that is no wait. Each driver session (a run, or a resumed run: the Tune experiment its
+    checkpoints lie in) starts its actors one by one, so its waits count only once it first held every slot; a
+    session that never did counts from its first start (an engine that never fills its slots is caught).
+    Reused rows and rows without the three timestamps are left out; a fused trial is one training."""
+    columns = ["key", "at_s", "running", *(["replicate"] if "replicate" in rows else [])]
     if rows.empty or not {"queued", "started", "finished"} <= set(rows.columns):
-        return pd.DataFrame(columns=["key", "at_s", "running"])
+        return pd.DataFrame(columns=columns)
     if "reused" in rows:
         rows = rows[~rows["reused"].fillna(False).astype(bool)]
     q, s, f = _times(rows["queued"]), _times(rows["started"]), _times(rows["finished"])
@@ -106,21 +112,29 @@ def idle_while_ready(rows: pd.DataFrame, slots: int, overhead_s: float) -> pd.Da
     rows = rows[keep].assign(q=q[keep], s=s[keep], f=f[keep])
     rows = rows.drop_duplicates(["trial_id", "s", "f"]) if "trial_id" in rows else rows
     if rows.empty:
-        return pd.DataFrame(columns=["key", "at_s", "running"])
+        return pd.DataFrame(columns=columns)
+    session = (rows["checkpoint"].astype(str).str.extract(SESSION)[0].fillna("") if "checkpoint" in rows
+               else pd.Series("", index=rows.index)).to_numpy()
     t0 = rows["s"].min()
     q, s, f = ((rows[c] - t0).dt.total_seconds().to_numpy() for c in ("q", "s", "f"))
     held_from, held_to = s - overhead_s, f + overhead_s
+
+    def running(t: float) -> int:
+        return int(((held_from <= t) & (held_to > t)).sum())
+
+    warm = {}
+    for name in set(session):
+        starts = sorted(s[session == name])
+        warm[name] = next((t for t in starts if running(t) >= slots), starts[0])
     found = []
     for i in range(len(rows)):
-        lo, hi = max(q[i], 0.0) + overhead_s, s[i] - overhead_s
+        lo, hi = max(q[i], warm[session[i]]) + overhead_s, s[i] - overhead_s
         if hi <= lo:
             continue
         # fewer slots held can only begin at the wait's start or when a held slot frees
-        moments = [lo, *(t for t in held_to if lo < t < hi)]
-        for t in moments:
-            running = int(((held_from <= t) & (held_to > t)).sum())
-            if running < slots:
-                found.append({"key": rows["key"].iloc[i] if "key" in rows else i, "at_s": t, "running": running,
+        for t in [lo, *(t for t in held_to if lo < t < hi)]:
+            if (n := running(t)) < slots:
+                found.append({"key": rows["key"].iloc[i] if "key" in rows else i, "at_s": t, "running": n,
                               **({"replicate": rows["replicate"].iloc[i]} if "replicate" in rows else {})})
                 break
-    return pd.DataFrame(found, columns=["key", "at_s", "running", *(["replicate"] if "replicate" in rows else [])])
+    return pd.DataFrame(found, columns=columns)

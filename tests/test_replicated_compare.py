@@ -12,18 +12,20 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import TINY_COMPARE, cli, ray_env, run_until
+from conftest import cli, ray_env, run_until
 
-ARGV = [*TINY_COMPARE[:-2], "--replicates", "2", "--cpus-per-trial", "0.5"]  # TINY_COMPARE ends with --replicates 1
+# Trainings of about a second (16 epochs), long against Tune's own time per trial, so an idle slot would show.
+ARGV = ["compare", "--preset", "tiny", "--trials", "2", "--seeds", "2", "--eval-seeds", "2", "--refine", "1",
+        "--epochs", "16", "--cycles", "1", "--replicates", "2", "--cpus-per-trial", "0.5"]
 SLOTS = 4
-OVERHEAD_S = 1.5  # a trial's time outside its started/finished pair (Tune handing it over, its report): see slots
+OVERHEAD_S = 1.5  # a trial's time outside its started/finished pair (Tune handing it to an actor, its report)
 
 
 @pytest.fixture(scope="module")
 def replicated(ray_local, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("replicated") / "cmp"
-    # Killed once replicate 2 has a finished training of its silo_fit study: both replicates are under way.
-    run_until([sys.executable, "-m", "oracle_search.cli", *ARGV, "--out", str(out)], "[r2]   [", ray_env(ray_local))
+    # Killed once a replicate has finished its Oracle: both replicates are under way.
+    run_until([sys.executable, "-m", "oracle_search.cli", *ARGV, "--out", str(out)], "== 2/4", ray_env(ray_local))
     before = {r: {p.name: json.loads(p.read_text())["trial_id"] for p in (out / f"replicate-{r}" / "ledger").glob("*.json")}
               for r in (1, 2)}
     printed = io.StringIO()
