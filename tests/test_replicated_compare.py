@@ -18,7 +18,7 @@ from conftest import cli, ray_env, run_until
 ARGV = ["compare", "--preset", "tiny", "--trials", "2", "--seeds", "2", "--eval-seeds", "2", "--refine", "1",
         "--epochs", "16", "--cycles", "1", "--replicates", "2", "--cpus-per-trial", "0.5"]
 SLOTS = 4
-OVERHEAD_S = 1.5  # a trial's time outside its started/finished pair (Tune handing it to an actor, its report)
+OVERHEAD_S = 0.75  # a trial's time outside its started/finished pair (Tune handing it to an actor, its report)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_each_replicate_is_a_complete_run_with_seeds_of_its_own(replicated, caps
         assert cli(["report", str(folder)]) == 0  # each reads alone
     assert json.loads((out / "replicates.json").read_text())["replicates"] == 2
     verdict = pd.read_csv(out / "tables" / "verdict.csv")
-    assert set(verdict["replicates"]) <= {2} and len(verdict) >= 6
+    assert set(verdict["replicates"]) <= {2} and len(verdict) >= 4
     assert (out / "report.md").read_text().splitlines()[2] == "## The answer over 2 replicates"
 
 
@@ -76,5 +76,6 @@ def test_the_replicates_trained_side_by_side_and_no_slot_idled_while_a_training_
     assert len(slot_lanes(rows, "replicate")["lane"].unique()) > 1
     idle = idle_while_ready(rows, SLOTS, OVERHEAD_S)
     assert idle.empty, idle.head(10).to_string()
+    assert slot_lanes(rows)["lane"].max() + 1 == SLOTS  # every slot was used at once
     # the check can fail: against a cluster of more slots than this one has, the same rows idle
     assert not idle_while_ready(rows, SLOTS + 2, OVERHEAD_S).empty
