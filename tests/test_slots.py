@@ -90,3 +90,41 @@ def test_the_cost_section_draws_slots_only_from_a_table_with_timestamps():
     assert plot.png.startswith(b"\x89PNG") and "packing" in plot.caption and "3 lane(s)" in plot.caption
     old = results_frame(hand_made().drop(columns=["started", "finished"]).to_dict("records"))
     assert not [p for p in _cost_section(old).plots if p.name == "slots"]
+
+
+def waiting(queued: float, start: float, end: float, trial: str, key: str, session: str = "20261127-114100-1",
+            rep: int = 1) -> dict:
+    """A training handed to the engine at `queued`, trained from `start` to `end`, its checkpoint in `session`."""
+    return row("oracle", "grid", start, end, trial, key=key, queued=at(queued), replicate=rep,
+               checkpoint=f"/runs/x/tune/mnist1d-mlp-{session}/{key}/checkpoint_000000")
+
+
+def test_idle_while_ready_finds_a_free_slot_while_a_training_waited():
+    from analysis.slots import idle_while_ready
+
+    # Two slots. a and b run 0-10 s; c was ready at 1 s and waited for the first free slot: no idleness.
+    busy = pd.DataFrame([waiting(0, 0, 10, "a", "a"), waiting(0, 0, 10, "b", "b", rep=2),
+                         waiting(1, 10.2, 20, "c", "c")])
+    assert idle_while_ready(busy, slots=2, overhead_s=0.5).empty
+    # b ends at 4 s, but c waits until 10 s: a slot idles from 4.5 s (b's end + the overhead) while c is ready.
+    idle = pd.DataFrame([waiting(0, 0, 10, "a", "a"), waiting(0, 0, 4, "b", "b", rep=2),
+                         waiting(1, 10.2, 20, "c", "c")])
+    found = idle_while_ready(idle, slots=2, overhead_s=0.5)
+    assert found[["key", "at_s", "running", "replicate"]].values.tolist() == [["c", 4.5, 1, 1]]
+    # The same rows against one slot: nothing idles.
+    assert idle_while_ready(idle, slots=1, overhead_s=0.5).empty
+
+
+def test_idle_while_ready_leaves_a_sessions_start_up_out_until_its_slots_are_warm():
+    from analysis.slots import idle_while_ready
+
+    # A resumed run (another session): its actors start one by one, the second slot's first training at 52 s;
+    # waits before the session first held both slots are start-up, and count from then on.
+    rows = pd.DataFrame([waiting(0, 0, 10, "a", "a"), waiting(0, 0, 10, "b", "b"),
+                         waiting(49, 50, 60, "c", "c", session="20261127-114200-2"),
+                         waiting(49, 52, 60, "d", "d", session="20261127-114200-2"),
+                         waiting(49, 61, 70, "e", "e", session="20261127-114200-2")])
+    assert idle_while_ready(rows, slots=2, overhead_s=0.5).empty
+    # A session that never holds both slots counts from its first start: its second training waited on a free slot.
+    never = pd.DataFrame([waiting(0, 0, 10, "a", "a"), waiting(0, 11, 20, "b", "b")])
+    assert idle_while_ready(never, slots=2, overhead_s=0.5)["key"].tolist() == ["b"]
