@@ -16,7 +16,7 @@ from analysis.verdict_sentences import DASH, ci_text, end_to_end_line, fmt_lr, v
 from oracle_search.curve import refuse_duplicates
 from oracle_search.schema import SILO_METHODS
 from oracle_search.selection import TOLERANCE, Curve, choose, dense_best, lr_key
-from oracle_search.statistics import half_width, mean_interval
+from oracle_search.statistics import half_width, mean_interval, replicates_lower_bound
 
 @dataclass(frozen=True)
 class Table:
@@ -376,7 +376,7 @@ def _answer_cell(row: pd.Series) -> str:
     within; the seeds that would tell an inconclusive one."""
     if row["verdict"] == "undefined":
         return VERDICT_MARKS["undefined"] + (f" (n = {row['n']} < 2)" if row["n"] < 2 else " (outside the values)")
-    cell = f"{VERDICT_MARKS[row['verdict']]} {row['advantage']:+.2f} {ci_text(row['ci_lo'], row['ci_hi'])}"
+    cell = f"{VERDICT_MARKS[row['verdict']]}† {row['advantage']:+.2f} {ci_text(row['ci_lo'], row['ci_hi'])}"
     if row["verdict"] == "equivalent":
         cell += f" within ±{row['margin']:.2f}"
     if row["verdict"] == "inconclusive" and row["advantage"] != 0:
@@ -404,9 +404,25 @@ def answer_table(r: Regret) -> Table | None:
                f"n = {n} tuning seeds. = equivalent: the CI lies inside ±{margin:.2f} points ({r.margin_per_cycle:g} "
                f"per compared cycle, summed like the advantage; bounds inclusive), even where it excludes 0; "
                f"otherwise ▲ better / ▼ worse: the CI excludes 0; ? inconclusive: neither. {len(data)} comparisons, "
-               f"not corrected for multiplicity. These labels are conditional on this run's choices (the dense choice, "
-               f"δ, b, silo_fit's study); replicates of the whole study (compare --replicates R) measure that noise.")
+               f"not corrected for multiplicity. † These labels are conditional on this run's choices (the dense choice, "
+               f"δ, b, silo_fit's study); replicates of the whole study (compare --replicates R) measure that noise. "
+               + replicates_sentence(data))
     return Table("answer", "The answer", cells, data, verdict)
+
+
+def replicates_sentence(data: pd.DataFrame) -> str:
+    """How many replicates one run's table needs: not computable from one run (the spread between whole studies
+    is unknown), but bounded below by each comparison's seed-level spread (`statistics.replicates_lower_bound`)."""
+    bounds = [replicates_lower_bound(row["ci_lo"], row["ci_hi"], int(row["n"]), float(row["margin"]), row["verdict"])
+              for _, row in data.iterrows()]
+    known = [b for b in bounds if b is not None]
+    if not known:
+        return "How many replicates this table needs cannot be told from it."
+    beyond = len(data) - len(known)
+    return (f"This table needs at least {max(known)} replicates of the whole study (the most any of its comparisons "
+            f"needs to show equivalence within the margin, or to reproduce its label, with 80 % power, from this "
+            f"run's seed-level spread alone: a lower bound, since the choices' noise only adds"
+            + (f"; {beyond} comparison(s) give no bound" if beyond else "") + ").")
 
 
 def verdict_table(r: Regret) -> Table | None:

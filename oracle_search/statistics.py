@@ -174,11 +174,29 @@ def replicates_needed(values, margin: float, verdict: str) -> int | None:
     sd = float(np.std(d, ddof=1))
     if zero_spread(d) or not sd > 0:
         return None
-    sd_ = sd_upper(sd, len(d))
+    return replicates_needed_at(sd_upper(sd, len(d)), float(np.mean(d)), margin, verdict)
+
+
+def replicates_needed_at(sd: float, mean: float, margin: float, verdict: str) -> int | None:
+    """`replicates_needed`'s search at a given sd (no bound taken), with the same two branches; None for another
+    verdict, a zero or undefined sd, or beyond `MAX_SEEDS`."""
+    if verdict not in ("better", "worse", "inconclusive", "equivalent") or not sd > 0:
+        return None
     n = np.arange(2, MAX_SEEDS + 1)
-    two = half_width(sd_, n, TWO_SIDED, "two")
+    two = half_width(sd, n, TWO_SIDED, "two")
     if verdict in ("inconclusive", "equivalent"):
-        ok = two + half_width(sd_, n, EQUIVALENCE_POWER, "one") <= margin
+        ok = two + half_width(sd, n, EQUIVALENCE_POWER, "one") <= margin
     else:
-        ok = two + half_width(sd_, n, POWER, "one") < abs(float(np.mean(d)))
+        ok = two + half_width(sd, n, POWER, "one") < abs(mean)
     return int(n[np.argmax(ok)]) if ok.any() else None
+
+
+def replicates_lower_bound(ci_lo: float, ci_hi: float, n: int, margin: float, verdict: str) -> int | None:
+    """From one run's comparison (its 95 % interval over n seeds), a lower bound on the replicates it needs: a
+    replicate's advantage varies at least as much as the mean over its n seeds' final trainings, so the sd between
+    whole studies is ≥ se = half-width / t(0.975, n − 1) (the choices before them, dense choice, δ, b, only add),
+    and `replicates_needed_at`(se) is at most what the comparison needs. None where the interval is undefined."""
+    if _nan(ci_lo) or _nan(ci_hi) or n < 2:
+        return None
+    se = (ci_hi - ci_lo) / 2 / half_width(1.0, 1, TWO_SIDED, "two", dof=n - 1)  # half-width / t
+    return replicates_needed_at(se, (ci_hi + ci_lo) / 2, margin, verdict)

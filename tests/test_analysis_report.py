@@ -144,7 +144,7 @@ def test_the_answer_comes_first_and_the_settings_last(report):
     header = table.splitlines()[0]
     assert re.search(r"\| SILO +\| +vs the Oracle +\| +vs not adapting \(max_lr 0\.08\) +\| vs the best constant "
                      r"\(max_lr 0\.32, optimistic\) +\|", header), header
-    cell = r"(▲ better|▼ worse|= equivalent|\? inconclusive) [+-]\d+\.\d\d \[[+-]\d+\.\d\d, [+-]\d+\.\d\d\]"
+    cell = r"(▲ better|▼ worse|= equivalent|\? inconclusive)† [+-]\d+\.\d\d \[[+-]\d+\.\d\d, [+-]\d+\.\d\d\]"
     for variant in ("SILO (paper)", "SILO (fit)"):
         row = next(line for line in table.splitlines() if line.startswith(f"| {variant} "))
         assert len(re.findall(cell, row)) == 3, row
@@ -205,7 +205,7 @@ def test_html_is_self_contained_with_the_answer_first(report):
     assert page.index("<table>") < page.index("<img")  # the verdict table before any figure
     assert page.index("constant_best") < page.index("<table>")
     # better / worse / equivalent / inconclusive told apart by a mark and a word, not by colour alone
-    assert re.search(r"<td>(▲ better|▼ worse|= equivalent|\? inconclusive) ", first_table)
+    assert re.search(r"<td>(▲ better|▼ worse|= equivalent|\? inconclusive)† ", first_table)
 
 
 def in_set_by_hand(x: float, members: pd.DataFrame) -> bool:
@@ -359,7 +359,7 @@ def test_hand_made_regret_and_verdict(hand):
            "(neither a difference nor equivalence within ±0.50 points shown): -0.90 points (95 % CI [-3.38, " \
            "+1.58]), about 12 seeds would tell" in md
     answer = pd.read_csv(printed["tables/answer.csv"])
-    assert "= equivalent +0.40 [+0.40, +0.40] within ±0.50" in printed["tables/answer.md"].read_text()
+    assert "= equivalent† +0.40 [+0.40, +0.40] within ±0.50" in printed["tables/answer.md"].read_text()
     assert "? inconclusive -0.90 [-3.38, +1.58]; ~12 seeds to tell" in printed["tables/answer.md"].read_text()
     assert "These labels are conditional on this run's choices (the dense choice, δ, b, silo_fit's study); " \
            "replicates of the whole study (compare --replicates R) measure that noise." in md

@@ -343,13 +343,13 @@ def test_verdict_marks_and_sentences_for_every_label():
         return pd.Series({"verdict": verdict, "advantage": adv, "ci_lo": lo, "ci_hi": hi, "n": 3, "margin": 1.0,
                           "seeds_needed": need})
 
-    assert _answer_cell(row("equivalent", 0.4, 0.2, 0.6)) == "= equivalent +0.40 [+0.20, +0.60] within ±1.00"
+    assert _answer_cell(row("equivalent", 0.4, 0.2, 0.6)) == "= equivalent† +0.40 [+0.20, +0.60] within ±1.00"
     assert judged(row("equivalent", 0.4, 0.2, 0.6), "X") == (
         "is equivalent to X within ±1.00 points: +0.40 points (95 % CI [+0.20, +0.60])")
     assert _answer_cell(row("inconclusive", -0.9, -3.38, 1.58, 12)) == (
-        "? inconclusive -0.90 [-3.38, +1.58]; ~12 seeds to tell")
+        "? inconclusive† -0.90 [-3.38, +1.58]; ~12 seeds to tell")
     assert judged(row("inconclusive", -0.9, -3.38, 1.58, 12), "X") == (
         "is inconclusive against X at n = 3 (neither a difference nor equivalence within ±1.00 points shown): "
         "-0.90 points (95 % CI [-3.38, +1.58]), about 12 seeds would tell")
-    assert _answer_cell(row("better", 2.0, 1.5, 2.5)) == "▲ better +2.00 [+1.50, +2.50]"
+    assert _answer_cell(row("better", 2.0, 1.5, 2.5)) == "▲ better† +2.00 [+1.50, +2.50]"
     assert judged(row("worse", -2.0, -2.5, -1.5), "X") == "loses to X: -2.00 points (95 % CI [-2.50, -1.50])"

@@ -158,3 +158,17 @@ def test_replicates_needed_edges():
     assert replicates_needed([1.0, 2.0, 3.0], 0.01, "inconclusive") is None  # beyond MAX_SEEDS
     assert replicates_needed([0.01, -0.02, 0.015], 1.0, "better") is None
     assert MAX_SEEDS == 1000
+
+
+def test_one_runs_lower_bound_on_replicates_uses_its_seed_level_standard_error():
+    from oracle_search.statistics import replicates_lower_bound
+
+    # n = 3 seeds with sd 1: half-width = t(0.975, 2)/√3 = 4.3027/1.7321 = 2.4841, so se = 1/√3 = 0.5774.
+    # Equivalence within ±3 at se 0.5774: n = 2: (12.706 + 3.078)·0.5774/√2 = 6.44 > 3; n = 3: (4.303 + 1.886)·0.5774/√3
+    # = 2.06 <= 3, so 3.
+    half = 4.302652729911275 / 3 ** 0.5
+    assert replicates_lower_bound(-half, half, 3, 3.0, "inconclusive") == 3
+    # A label shown at mean 2: the same search against |mean| with the 80 % one-sided quantile (1.061 at 2 df):
+    # n = 3: (4.303 + 1.061)·0.5774/√3 = 1.79 < 2 -> 3; n = 2: (12.706 + 1.376)·0.5774/√2 = 5.75 -> no.
+    assert replicates_lower_bound(2 - half, 2 + half, 3, 0.5, "better") == 3
+    assert replicates_lower_bound(float("nan"), 1.0, 3, 3.0, "inconclusive") is None
