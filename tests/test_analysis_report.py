@@ -360,7 +360,7 @@ def test_hand_made_regret_and_verdict(hand):
            "+1.58]), about 12 seeds would tell" in md
     answer = pd.read_csv(printed["tables/answer.csv"])
     assert "= equivalent† +0.40 [+0.40, +0.40] within ±0.50" in printed["tables/answer.md"].read_text()
-    assert "? inconclusive -0.90 [-3.38, +1.58]; ~12 seeds to tell" in printed["tables/answer.md"].read_text()
+    assert "? inconclusive† -0.90 [-3.38, +1.58]; ~12 seeds to tell" in printed["tables/answer.md"].read_text()
     assert "These labels are conditional on this run's choices (the dense choice, δ, b, silo_fit's study); " \
            "replicates of the whole study (compare --replicates R) measure that noise." in md
     assert list(answer["verdict"]) == ["equivalent"] * 3 + ["inconclusive"] * 3
