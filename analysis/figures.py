@@ -190,7 +190,7 @@ def slots_figure(lanes: pd.DataFrame) -> bytes:
                        hatch=hatches[key[2]] if replicates else None)
     handles = [Patch(facecolor=colours[p], edgecolor="black", linewidth=0.4, label=p) for p in phases]
     if len(replicates) > 1:
-        handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[r], label=f"replicate {r}")
+        handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[r], label=str(r) if str(r).startswith("replicate") else f"replicate {r}")
                     for r in replicates]
     ax.set_yticks(range(n))
     ax.set_ylim(-0.6, n - 0.4)

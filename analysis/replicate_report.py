@@ -90,8 +90,8 @@ class Replicate:
         r = analyse(df, margin_per_cycle)
         pooled = oracle_intervals(df)
         b = {int(c): float(x) for c, x in zip(pooled["cycle"], pooled["best_max_lr"])} if not pooled.empty else {}
-        seeds = sorted(int(s) for s in df["seed"].unique())
-        return cls(name, run, df, r, f"{seeds[0]}..{seeds[-1]}" if seeds else "", r.control_lr("constant_dense"),
+        seeds = ", ".join(str(s) for s in sorted(int(s) for s in df["seed"].unique()))
+        return cls(name, run, df, r, seeds, r.control_lr("constant_dense"),
                    b, silo_params(df, "silo_paper"), silo_params(df, "silo_fit"))
 
 
