@@ -309,7 +309,8 @@ def estimate_note(out: Path) -> str | None:
     if not path.exists():
         return None
     r = json.loads(path.read_text())
-    line = (f"Estimated before the run ({r['command']}, {r['precision']}, {r['slots']} slot(s), "
+    replicates = f", {r['replicates']} replicates side by side" if r.get("replicates", 1) > 1 else ""
+    line = (f"Estimated before the run ({r['command']}{replicates}, {r['precision']}, {r['slots']} slot(s), "
             f"{r['seconds_per_epoch']:.4g} s per epoch, {r['source'].split(':')[0]}): "
             f"{duration(r['seconds'])} of training, at most {duration(r['seconds_at_most'])}")
     if r.get("finished") and r.get("started"):

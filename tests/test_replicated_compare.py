@@ -58,6 +58,7 @@ def test_each_replicate_is_a_complete_run_with_seeds_of_its_own(replicated, caps
         assert json.loads((folder / "spec.json").read_text())["seed"] == 10_000 * (r - 1)
         assert (folder / "report.md").exists()
         assert cli(["report", str(folder)]) == 0  # each reads alone
+        assert cli(["replay", str(folder), "--out", str(out.parent / f"replay-{r}")]) == 0
     assert json.loads((out / "replicates.json").read_text())["replicates"] == 2
     verdict = pd.read_csv(out / "tables" / "verdict.csv")
     assert set(verdict["replicates"]) <= {2} and len(verdict) >= 4
