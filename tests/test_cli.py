@@ -221,7 +221,7 @@ def test_start_from_another_experiment_exits_2(capsys, tmp_path):
 
 def test_report_without_results_exits_2(capsys, tmp_path):
     code, _, err = run(capsys, "report", str(tmp_path))
-    assert code == 2 and "DIR" in err and not (tmp_path / "report.md").exists()
+    assert code == 2 and "RUN" in err and not (tmp_path / "report.md").exists()
 
 
 def test_storage_path_defaults_to_the_clusters_variable(monkeypatch):
@@ -265,6 +265,6 @@ def test_report_on_a_corrupt_parquet_exits_2_naming_the_file(capsys, results_dir
     table.write_bytes(table.read_bytes()[: len(table.read_bytes()) // 2])
     code, out, err = run(capsys, "report", str(results_dir))
     lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("oracle-search: error: DIR: "), err
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("oracle-search: error: RUN: "), err
     assert str(table) in lines[0]
     assert not (results_dir / "report.md").exists()

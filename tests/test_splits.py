@@ -119,7 +119,8 @@ def _science(row: dict) -> dict:
     """A row's results: all but where and how long it ran, and the names and hashes of its checkpoint and of its
     start's (a checkpoint holds the chain fingerprint, which holds the dataset's import path)."""
     return {k: v for k, v in row.items() if k not in ("seconds", "checkpoint", "checkpoint_hash", "start_hash",
-                                                      "trial_id", "key", "node_id", "gpu_ids", "experiment")}
+                                                      "trial_id", "key", "node_id", "gpu_ids", "experiment",
+                                                      "queued", "started", "finished")}
 
 
 @pytest.mark.slow

@@ -22,7 +22,8 @@ def experiment(**changes) -> ExperimentSpec:
 def main(out: str, quick: bool = False) -> None:
     spec = experiment(cycles=1, epochs=2) if quick else experiment()
     options = CompareOptions(oracle=OracleOptions(seeds=2 if quick else 3, refine=0 if quick else 2),
-                             fit=FitOptions(trials=2 if quick else 6), eval_seeds=2)
+                             fit=FitOptions(trials=2 if quick else 6), eval_seeds=2,
+                             replicates=1 if quick else 3)  # quick: one study in `out`; else out/replicate-1..3
     result = compare(spec, out, options)
     oracle = result.results[result.results["method"] == "oracle"]
     print(f"{len(result.results)} rows ({len(oracle)} Oracle trainings); report: {result.report}")
