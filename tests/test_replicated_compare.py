@@ -18,10 +18,11 @@ from conftest import cli, ray_env, run_until
 ARGV = ["compare", "--preset", "tiny", "--trials", "2", "--seeds", "2", "--eval-seeds", "2", "--refine", "1",
         "--epochs", "32", "--cycles", "1", "--replicates", "2", "--cpus-per-trial", "0.5"]
 SLOTS = 4
-# A trial's time outside its started/finished pair (Tune handing it to an actor, its report): up to a second each
-# side here, with four trial processes and the driver on two cores (measured alone: 0.75 s flagged handovers, 1 s
-# none; 1.5 s leaves room for a loaded machine).
-OVERHEAD_S = 1.5
+# A trial's time outside its started/finished pair (Tune handing it to an actor, its report). Measured on 2 cores:
+# alone, 0.75 s flagged handovers and 1 s none; with a main job running beside the test, 2 s flagged 76 waits and
+# 3 s none. So 3 s: this checks that the replicates' trainings are dispatched from one queue (no replicate waits on
+# slots another holds idle), not Tune's latency; tests/test_slots.py shows the check finding idle slots.
+OVERHEAD_S = 3.0
 
 
 @pytest.fixture(scope="module")
