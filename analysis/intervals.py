@@ -10,21 +10,20 @@ from oracle_search.selection import TOLERANCE, Choice, Curve, choose, in_set
 
 _KEYS = ["best_max_lr", "best_val_acc", "best_se", "lo", "hi", "contiguous", "noise_lo", "noise_hi",
          "noise_contiguous", "strict_lo", "strict_hi", "n_strict", "n_seeds", "n_values", "values", "unimodal",
-         "lo_resolution", "hi_resolution"]
+         "lo_resolution", "hi_resolution", "noise_lo_resolution", "noise_hi_resolution"]
 # Per SILO variant M: M_inside (the paper's interval), M_noise_inside ("not shown worse"), M_within ("shown
 # within 0.5"); the column names are the contract of tables/oracle.csv.
 _SETS = (("inside", "inside"), ("noise_inside", "noise_inside"), ("within", "within"))
 
 
-def _resolution(choice: Choice) -> tuple[float, float]:
-    """How finely the paper interval's edges are resolved: the relative gap from each edge to the next tried
-    value outside it (NaN where none lies beyond: the edge is open). The exhaustive Oracle refines to 5 %; the
-    racing Oracle refines once and then only where a compared schedule falls in the gap."""
+def _resolution(choice: Choice, lo: float, hi: float) -> tuple[float, float]:
+    """How finely a set's edges `lo` and `hi` are resolved: the relative gap from each edge to the next tried
+    value outside it (NaN where none lies beyond: the edge is open). The exhaustive Oracle refines both
+    intervals' edges to 5 %; the racing Oracle refines the paper interval's once and then only where a compared
+    schedule falls in the gap."""
     values = list(choice.values)
-    i, j = values.index(choice.lo), values.index(choice.hi)
-    lo = choice.lo / values[i - 1] - 1 if i > 0 else np.nan
-    hi = values[j + 1] / choice.hi - 1 if j + 1 < len(values) else np.nan
-    return lo, hi
+    i, j = values.index(lo), values.index(hi)
+    return (lo / values[i - 1] - 1 if i > 0 else np.nan, values[j + 1] / hi - 1 if j + 1 < len(values) else np.nan)
 
 
 def _record(choice: Choice) -> dict:
@@ -34,7 +33,9 @@ def _record(choice: Choice) -> dict:
             "strict_lo": choice.strict_lo, "strict_hi": choice.strict_hi, "n_strict": int(sum(choice.within)),
             "n_seeds": choice.n_seeds, "n_values": len(choice.values),
             "values": " ".join(f"{v:.4g}" for v in choice.values), "unimodal": choice.unimodal,
-            **dict(zip(("lo_resolution", "hi_resolution"), _resolution(choice)))}
+            **dict(zip(("lo_resolution", "hi_resolution"), _resolution(choice, choice.lo, choice.hi))),
+            **dict(zip(("noise_lo_resolution", "noise_hi_resolution"),
+                       _resolution(choice, choice.noise_lo, choice.noise_hi)))}
 
 
 def _against_silo(frame: pd.DataFrame, choices: list[Choice], df: pd.DataFrame) -> pd.DataFrame:

@@ -24,7 +24,7 @@ import pandas as pd
 from analysis.select import final_rows, last_cycle, oracle_trials, silo_max_lr_by_cycle, silo_methods
 from oracle_search.curve import Curve, best_of, lr_key, refuse_duplicates
 from oracle_search.schema import Method
-from oracle_search.selection import RESOLUTION, choose
+from oracle_search.selection import RESOLUTION, bracket, choose
 from oracle_search.statistics import MARGIN_PER_CYCLE, label, mean_interval, seeds_needed
 
 CONTROLS = ("constant_dense", "constant_best")
@@ -55,12 +55,17 @@ def oracle_curves(df: pd.DataFrame) -> Curves:
     if rows.empty:
         return Curves([], -1, {}, None)
     last = last_cycle(df)
-    cycles_of = rows.groupby("seed")["cycle"].agg(lambda c: set(int(x) for x in c))
-    seeds = sorted(int(s) for s, cs in cycles_of.items() if cs >= set(range(last + 1)))
+    seeds = chain_seeds(rows, last)
     cycles = {m: Curve.from_rows(rows[rows["cycle"] == m], seeds) for m in range(last + 1)}
     chosen = rows[(rows["cycle"] == 0) & rows["selected"].astype(bool) & rows["seed"].isin(seeds)]["max_lr"]
     chained0 = float(chosen.map(lr_key).mode().min()) if not chosen.empty else None
     return Curves(seeds, last, cycles, chained0)
+
+
+def chain_seeds(rows: pd.DataFrame, last: int) -> list[int]:
+    """S: the seeds whose Oracle rows (`rows`, one chain) reach every cycle 0..`last`."""
+    cycles_of = rows.groupby("seed")["cycle"].agg(lambda c: set(int(x) for x in c))
+    return sorted(int(s) for s, cs in cycles_of.items() if cs >= set(range(last + 1)))
 
 
 def constant_best(curves: Curves) -> float | None:
@@ -88,15 +93,20 @@ def schedules(df: pd.DataFrame, curves: Curves) -> dict[str, dict[int, float]]:
     return out
 
 
-def completion_targets(df: pd.DataFrame, resolution: float = RESOLUTION) -> dict[int, list[float]]:
+def completion_targets(df: pd.DataFrame, grid: list[float] | None = None, use_bracket: bool = True,
+                       resolution: float = RESOLUTION) -> dict[int, list[float]]:
     """Per cycle, the values the verdict needs trained by every seed of S but not yet (racing leaves far values
-    with fewer seeds, and resolves the paper interval's edges coarsely):
+    with fewer seeds, walks only as far as a value survives, and resolves the sets' edges coarsely):
     - each compared schedule's max_lr where some seed trained it, else the tried values on either side of it;
-    - where it lies between a member of the paper interval and a non-member further apart than `resolution`,
-      their geometric midpoint, so the "inside" decision is resolved as finely as an exhaustive Oracle's.
+    - where it lies beyond every tried value (the walk stopped short of it), the `grid` value next beyond it, so
+      it can be interpolated as after an exhaustive Oracle, which trains its whole bracket (`use_bracket`: the
+      grid values within the bracket of the previous b, `selection.bracket`; else the whole grid);
+    - where it lies between a member and a non-member of any of the three sets further apart than `resolution`,
+      their geometric midpoint, so each "inside" decision is resolved as finely as an exhaustive Oracle's.
     A value that diverged on a seed is left alone: the interpolation is undefined across it anyway."""
     curves = oracle_curves(df)
     out: dict[int, set[float]] = {}
+    grid = sorted(lr_key(g) for g in grid or [])
     for by_cycle in schedules(df, curves).values():
         for m, x in by_cycle.items():
             cycle = curves.cycles.get(m)
@@ -107,14 +117,28 @@ def completion_targets(df: pd.DataFrame, resolution: float = RESOLUTION) -> dict
             near = [key] if key in tried else below + above
             want = out.setdefault(m, set())
             want.update(v for v in near if v not in complete and not cycle.diverged.loc[v].any())
+            if key not in tried and not (below and above):
+                reach = _bracket_of(grid, curves, m) if use_bracket else grid
+                want.update([g for g in reach if g <= key and not below][-1:]
+                            + [g for g in reach if g >= key and not above][:1])
             choice = choose(cycle)
             if key in tried or not (below and above) or choice is None:
                 continue
-            members = dict(zip(choice.values, choice.inside))
             lo, hi = below[0], above[0]
-            if members.get(lo) != members.get(hi) and hi / lo - 1 > resolution:
-                want.add(lr_key(math.sqrt(lo * hi)))
+            for members in (choice.inside, choice.noise_inside, choice.within):
+                member = dict(zip(choice.values, members))
+                if member.get(lo) != member.get(hi) and hi / lo - 1 > resolution:
+                    want.add(lr_key(math.sqrt(lo * hi)))
     return {m: sorted(values) for m, values in sorted(out.items()) if values}
+
+
+def _bracket_of(grid: list[float], curves: Curves, m: int) -> list[float]:
+    """The grid values an exhaustive Oracle trains at cycle m: the whole grid at cycle 0, later the bracket around
+    the previous cycle's b (`selection.bracket`)."""
+    previous = curves.cycles.get(m - 1)
+    if m == 0 or previous is None or previous.best is None:
+        return grid
+    return [g for g in bracket(grid, previous.best) if g in grid]
 
 
 def regret_per_seed(cycle: Curve, x: float | None) -> np.ndarray | None:

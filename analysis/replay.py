@@ -32,11 +32,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.regret import analyse, completion_targets
+from analysis.intervals import oracle_intervals
+from analysis.regret import analyse, chain_seeds, completion_targets
 from analysis.select import oracle_trials
 from oracle_search.curve import lr_key
-from oracle_search.racing import (RACING_REFINE, Pair, Pool, oracle_race, pool_of, refinement, run_race,
-                                  tuning_race)
+from oracle_search.racing import (RACING_REFINE, Pair, Pool, carry, oracle_race, pool_of, refinement, run_race,
+                                  tuning_race, write_racing)
 from oracle_search.schema import BASELINES, Method, Stage, read_results, results_frame
 from oracle_search.selection import Curve, bracket, choose, in_set, next_values
 from trainables.atomic import atomic_write_bytes
@@ -56,6 +57,11 @@ class Replay:
     wall: dict[str, tuple[float, float]] | None  # plan -> (seconds, utilisation) on `slots`
     tuning: pd.DataFrame  # replay_tuning.csv: the baselines' peak-LR races
     unimodal: int  # cycles whose exhaustive curve is unimodal (`selection.unimodal`): the walk's assumption
+    differences: pd.DataFrame  # replay_differences.csv: every "inside" flag that differs from RUN's
+    undefined: int  # comparisons undefined after racing that RUN's verdict defines
+    flips: int  # comparisons labelled better by one plan and worse by the other
+    raced: dict  # per cycle, what racing changed (`Race.summary`): the replay's racing.json
+    members: tuple[int, int, int]  # set memberships of the values racing completed equal to RUN's, of those compared
 
     def tuning_line(self) -> str:
         used, of = int(self.tuning["trainings_racing"].sum()), int(self.tuning["trainings_exhaustive"].sum())
@@ -68,11 +74,21 @@ class Replay:
                 f"{len(self.cycles)} Oracle cycles and {int(self.tuning['unimodal'].sum())} of {len(self.tuning)} "
                 f"tuning curves")
 
+    def sets_line(self) -> str:
+        edges = int(self.cycles["edges_equal"].sum())
+        return (f"replay: set edges equal on {edges} of {6 * len(self.cycles)} (paper, lenient, strict; lo and hi per "
+                f"cycle; racing trains fewer values), the memberships of the values racing completed equal on "
+                f"{self.members[0]} of {self.members[1]}, {self.members[2]} value(s) left with fewer seeds in the "
+                f"run's lenient set; {len(self.differences)} differing \"inside\" flag(s) listed in report.md; "
+                f"{self.undefined} comparison(s) undefined where the run's were defined, {self.flips} flipped "
+                f"between better and worse")
+
     def last_line(self) -> str:
         used, of = int(self.cycles["trainings_racing"].sum()), int(self.cycles["trainings_exhaustive"].sum())
         return (f"replay: racing used {used} of {of} Oracle trainings ({100 * used / max(of, 1):.0f} %), racing b "
-                f"inside the run's paper interval at {self.inside} of {len(self.cycles)} cycles, verdict labels "
-                f"equal on {self.labels_equal} of {self.labels}")
+                f"inside the run's paper interval at {self.inside} of {len(self.cycles)} cycles, inside flags "
+                f"equal on {int(self.cycles['flags_equal'].sum())} of {int(self.cycles['flags'].sum())}, verdict "
+                f"labels equal on {self.labels_equal} of {self.labels}")
 
 
 def makespan(batches: list[list[float]], slots: int) -> tuple[float, float]:
@@ -156,34 +172,117 @@ def replay_tuning(df: pd.DataFrame, spec: dict, seeds: list[int], dense: Curve) 
     return pd.DataFrame(records, columns=TUNING_COLUMNS)
 
 
-def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
-           racing_refine: int = RACING_REFINE) -> Replay:
-    """Replay the racing rule on RUN's table; write DIR's files (module docstring). `refine`: the refinement rounds
-    RUN's exhaustive driver had (its batches are rebuilt with them); `racing_refine`: the racing Oracle's."""
+def run_options(run: Path, refine: int | None = None, use_bracket: bool | None = None) -> tuple[int, bool]:
+    """(refinement rounds, bracket) RUN's Oracle was made with: from its options.json where it recorded them (a
+    flag that says otherwise is refused), else the flags, else the defaults of `oracle` and `compare`."""
+    from oracle_search.pipeline import OracleOptions, read_oracle_options
+    from trainables.spec import SpecError
+
+    recorded = read_oracle_options(run)
+    if recorded is None:
+        default = OracleOptions()
+        return (default.refine if refine is None else refine,
+                default.bracket if use_bracket is None else use_bracket)
+    for name, given, had in (("refine", refine, recorded.refine), ("no-bracket", use_bracket, recorded.bracket)):
+        if given is not None and given != had:
+            raise SpecError(name, f"{run} was made with refine={recorded.refine}, bracket={recorded.bracket} "
+                            f"(its options.json); replay plans what it did, so leave the option out")
+    return recorded.refine, recorded.bracket
+
+
+SETS = {"paper": ("lo", "hi", "inside"), "lenient": ("noise_lo", "noise_hi", "noise_inside"),
+        "strict": ("strict_lo", "strict_hi", "within")}  # the report's three sets: edges and "inside" flag columns
+SET_COLUMNS = [f"{name}_{edge}_{plan}" for name in SETS for plan in ("exhaustive", "racing") for edge in ("lo", "hi")]
+DIFFERENCE_COLUMNS = ["cycle", "schedule", "set", "max_lr", "exhaustive", "racing", "exhaustive_set", "racing_set"]
+
+
+def compare_sets(theirs: pd.DataFrame, mine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per cycle, the three sets' edges from RUN's rows (`theirs`, `analysis.intervals.oracle_intervals`) and from
+    the replay's (`mine`), how many of the 6 edges are equal, and each compared schedule's three "inside" flags:
+    how many are equal of those either plan defines. Also every differing flag, one row each."""
+    theirs, mine = theirs.set_index("cycle"), mine.set_index("cycle")
+    flags = [c for c in theirs if c.startswith("silo_") and c.endswith(tuple(f"_{f}" for *_, f in SETS.values()))]
+    records, differ = [], []
+    for m in theirs.index:
+        record = {"cycle": int(m), "edges_equal": 0, "flags_equal": 0, "flags": 0}
+        for name, (lo, hi, flag) in SETS.items():
+            for edge, column in (("lo", lo), ("hi", hi)):
+                a, b = theirs.at[m, column], mine.at[m, column] if m in mine.index else math.nan
+                record[f"{name}_{edge}_exhaustive"], record[f"{name}_{edge}_racing"] = a, b
+                record["edges_equal"] += bool(not pd.isna(b) and lr_key(a) == lr_key(b))
+            for method in sorted({c.split(f"_{flag}")[0] for c in flags if c.endswith(f"_{flag}")
+                                  and c.removesuffix(f"_{flag}") + "_max_lr" in theirs}):
+                column = f"{method}_{flag}"
+                a = theirs.at[m, column]
+                b = mine.at[m, column] if m in mine.index and column in mine else pd.NA
+                if pd.isna(a) and pd.isna(b):
+                    continue
+                record["flags"] += 1
+                if not pd.isna(a) and not pd.isna(b) and bool(a) == bool(b):
+                    record["flags_equal"] += 1
+                    continue
+                differ.append({"cycle": int(m), "schedule": method, "set": name,
+                               "max_lr": theirs.at[m, f"{method}_max_lr"], "exhaustive": a, "racing": b,
+                               "exhaustive_set": f"[{theirs.at[m, lo]:.4g}, {theirs.at[m, hi]:.4g}]",
+                               "racing_set": (f"[{mine.at[m, lo]:.4g}, {mine.at[m, hi]:.4g}]" if m in mine.index
+                                              else "none")})
+        records.append(record)
+    return pd.DataFrame(records), pd.DataFrame(differ, columns=DIFFERENCE_COLUMNS)
+
+
+def memberships(theirs: pd.DataFrame, mine: pd.DataFrame) -> tuple[int, int, int]:
+    """(equal, compared, lost): over every value the replay's Oracle rows (`mine`) complete at a cycle, and each of
+    the three sets, whether the value is a member after racing as it is in RUN's exhaustive choice (`theirs`): the
+    sets are exact on the values racing trained when the two agree. `lost`: values racing left with fewer seeds
+    that RUN's "not shown worse" set holds."""
+    equal = compared = lost = 0
+    for m, at in oracle_trials(mine).groupby("cycle"):
+        ours = choose(Curve.from_rows(at))
+        full = choose(Curve.from_rows(oracle_trials(theirs).query("cycle == @m")))
+        if ours is None or full is None:
+            continue
+        member = {field: dict(zip(full.values, getattr(full, field))) for field in ("inside", "noise_inside", "within")}
+        complete = set(Curve.from_rows(at).complete)
+        lost += sum(bool(member["noise_inside"].get(v)) for v in ours.values if v not in complete)
+        for field in member:
+            for v, flag in zip(ours.values, getattr(ours, field)):
+                if v in complete:
+                    compared += 1
+                    equal += flag == member[field].get(v)
+    return equal, compared, lost
+
+
+def replay(run: Path, out: Path, slots: int | None = None, refine: int | None = None,
+           use_bracket: bool | None = None, racing_refine: int = RACING_REFINE) -> Replay:
+    """Replay the racing rule on RUN's table; write DIR's files (module docstring). RUN's Oracle options (its
+    exhaustive driver's refinement rounds and bracket: its batches are rebuilt with them, and the racing plan
+    brackets as it did) come from RUN (`run_options`); `refine` and `use_bracket` are for runs that did not record
+    them. `racing_refine`: the racing Oracle's refinement rounds."""
     run, out = Path(run), Path(out)
+    refine, use_bracket = run_options(run, refine, use_bracket)
     spec = json.loads((run / "spec.json").read_text())
     df = results_frame(read_results(run).to_dict("records"))
     grid = sorted(lr_key(g) for g in spec["grid"])
     oracle = oracle_trials(df)
     last = int(oracle["cycle"].max())
-    per_seed = oracle.groupby("seed")["cycle"].agg(lambda c: set(int(x) for x in c))
-    seeds = sorted(int(s) for s, cs in per_seed.items() if cs >= set(range(last + 1)))
+    seeds = chain_seeds(oracle, last)
     oracle = oracle[oracle["seed"].isin(seeds)]
     width = slots or 1
 
-    records, used, exhaustive_batches, completions = [], [], [], []
+    records, used, exhaustive_batches, completions, raced = [], [], [], [], {}
     clock = Clock(width)
     pool, inside, unimodal, previous, dense, dense_racing = Pool(), 0, 0, None, None, None
     for m in range(last + 1):
         at = oracle[oracle["cycle"] == m]
         table = {(lr_key(r["max_lr"]), int(r["seed"])): r for r in at.to_dict("records")}
         exhaustive = choose(Curve.from_rows(at))
-        values = sorted({*bracket(grid, previous), dense}) if m else grid
-        race = oracle_race(seeds, values, racing_refine, pool, previous, dense)
-
+        values = (sorted({*(bracket(grid, previous) if use_bracket else grid), dense}) if m else grid)
+        race = oracle_race(seeds, values, racing_refine, pool, *((previous, dense) if m and use_bracket
+                                                                 else (None, None)))
         clock.table = table
         run_race(race, clock, width, refinement(grid), racing_refine)
-        pool = pool + race.final_pool()
+        pool = carry(pool, race)
+        raced[m] = race.summary()
         racing = choose(race.curve())
         dense_racing = dense_racing if m else race.curve()
         chained = at[at["selected"].astype(bool)]  # RUN's chain: each seed's start at the next cycle
@@ -204,7 +303,7 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
     by_key = {(int(r["cycle"]), lr_key(r["max_lr"]), int(r["seed"])): r for r in oracle.to_dict("records")}
     for _ in range(3):  # the values next to every compared schedule, completed as a racing compare does
         frame = results_frame([*kept.to_dict("records"), *others.to_dict("records")])
-        targets = completion_targets(frame)
+        targets = completion_targets(frame, grid, use_bracket)
         wanted = [(m, v, s) for m, vs in targets.items() for v in vs for s in seeds]
         have = {(int(r["cycle"]), lr_key(r["max_lr"]), int(r["seed"])) for r in kept.to_dict("records")}
         new = [by_key[k] for k in wanted if k in by_key and k not in have]
@@ -219,6 +318,9 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
         kept = pd.concat([kept, pd.DataFrame(new)], ignore_index=True)
 
     rows = results_frame([*kept.to_dict("records"), *others.to_dict("records")])
+    sets, differences = compare_sets(oracle_intervals(df), oracle_intervals(rows))
+    members = memberships(df, rows)
+    cycles = cycles.merge(sets, on="cycle", how="left")
     mine, theirs = analyse(rows).verdict, analyse(df).verdict
     labels = theirs.set_index(["schedule", "versus"])["verdict"]
     ours = mine.set_index(["schedule", "versus"])["verdict"].reindex(labels.index)
@@ -229,7 +331,10 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int = 3,
         wall = {"exhaustive": makespan(exhaustive_batches, slots),
                 "racing": (racing_wall, busy / (slots * racing_wall) if racing_wall else math.nan)}
     result = Replay(cycles, rows, inside, int((ours == labels).sum()), len(labels), wall,
-                    replay_tuning(df, spec, seeds, dense_racing), unimodal)
+                    replay_tuning(df, spec, seeds, dense_racing), unimodal, differences,
+                    int(((ours == "undefined") & (labels != "undefined")).sum()),
+                    int(((ours == "better") & (labels == "worse") | (ours == "worse") & (labels == "better")).sum()),
+                    raced, members)
     _write(result, out, run)
     return result
 
@@ -241,8 +346,32 @@ def _write(result: Replay, out: Path, run: Path) -> None:
     atomic_write_bytes(out / "replay.csv", result.cycles.to_csv(index=False))
     atomic_write_bytes(out / "replay_tuning.csv", result.tuning.to_csv(index=False))
     atomic_write_bytes(out / "replay_rows.parquet", _parquet(result.rows))
+    atomic_write_bytes(out / "replay_differences.csv", result.differences.to_csv(index=False))
     atomic_write_bytes(out / "spec.json", (run / "spec.json").read_bytes())
-    write_report(out, rows=result.rows)
+    write_racing(out, result.raced)
+    write_report(out, rows=result.rows, extra=[differences_section(result)])
+
+
+def differences_section(result: Replay):
+    """The replay's report lists every "inside" flag racing changed, with both plans' sets."""
+    from analysis.report import Section
+    from analysis.tables import Table
+
+    frame = result.differences
+    notes = [result.sets_line().removeprefix("replay: ").capitalize() + ".",
+             result.last_line().removeprefix("replay: ").capitalize() + "."]
+    if frame.empty:
+        return Section("Replay: racing against the exhaustive run", notes=notes + [
+            "Every \"inside\" flag of every compared schedule equals the exhaustive run's."])
+    cells = frame.assign(max_lr=frame["max_lr"].map(lambda x: f"{x:.4g}"),
+                         exhaustive=frame["exhaustive"].map(_flag), racing=frame["racing"].map(_flag))
+    table = Table("replay_differences", "Every \"inside\" flag that racing changed", cells, frame,
+                  f"{len(frame)} of {int(result.cycles['flags'].sum())} flags differ.")
+    return Section("Replay: racing against the exhaustive run", tables=[table], notes=notes)
+
+
+def _flag(x) -> str:
+    return "undefined" if pd.isna(x) else ("inside" if x else "outside")
 
 
 def _parquet(frame: pd.DataFrame) -> bytes:

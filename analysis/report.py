@@ -18,9 +18,10 @@ from analysis.regret import Regret, analyse
 from analysis.slots import slot_lanes
 from analysis.select import SCHEDULE_LABELS, densities, label, pruning_rate, silo_methods, silo_params
 from analysis.tables import (Table, accuracy_table, answer_table, best_per_density, cost_table, end_to_end_table,
-                             oracle_table, regret_table, seed_table, statistics_source, statistics_table,
+                             oracle_table, racing_table, regret_table, seed_table, statistics_source, statistics_table,
                              values_table, verdict_table)
 from analysis.verdict_sentences import controls_line, end_to_end_line
+from oracle_search.racing import read_racing
 from oracle_search.schema import REQUIRED, read_results, results_frame
 from trainables.atomic import atomic_write_bytes
 from oracle_search.selection import TOLERANCE
@@ -51,14 +52,27 @@ INPUT_DIMS = {"mnist1d": 40, "digits": 64, "synthetic": 32, "cifar10": 3 * 32 * 
 DEFAULT_DIM = 40
 
 
-def _oracle_section(df: pd.DataFrame, spec: dict | None, tol: float) -> Section:
+def _oracle_section(df: pd.DataFrame, spec: dict | None, tol: float, raced: dict[int, dict] | None) -> Section:
+    """The Oracle's tables; where it raced (racing.json), what racing changed and how exact the sets are."""
     section = Section("Oracle max_lr and intervals (paper §5.3)")
-    for make in (oracle_table, values_table, seed_table):
-        if (table := make(df, tol)) is not None:
-            section.tables.append(table)
+    tables = [oracle_table(df, tol), values_table(df, tol, raced), racing_table(df, raced), seed_table(df, tol)]
+    section.tables = [t for t in tables if t is not None]
     if not section.tables:
         section.notes.append("No Oracle rows: Oracle intervals left out.")
+    elif raced is not None:
+        section.notes.append(RACING_NOTE)
     return section
+
+
+RACING_NOTE = (
+    "The Oracle raced (oracle_search/racing.py): a max_lr shown more than 0.5 points worse than the leader got no "
+    "more seeds, and from cycle 1 the values walked out from the previous b and stopped beyond a dropped one. b is "
+    "the exhaustive Oracle's on the values trained. Once b was decided, every dropped value inside the \"not shown "
+    "worse\" set's span or next to its edges was completed, so the three sets are exact on the values trained; "
+    "their edges are resolved more coarsely than an exhaustive Oracle's (the paper interval's edges once, the "
+    "others only to the values the walk and the completions reached: \"edge resolution\" below), except next to "
+    "a compared schedule's max_lr, which was resolved to 5 % before the verdict. \"What racing changed\" lists "
+    "each value left with fewer seeds and each value the walk never trained.")
 
 
 def _regret_section(df: pd.DataFrame, r: Regret) -> Section:
@@ -273,9 +287,9 @@ def html_page(title: str, spec: dict | None, sections: list[Section]) -> str:
 
 
 def write_report(out_dir: Path, *, tolerance: float = TOLERANCE, rows: pd.DataFrame | None = None,
-                 margin_per_cycle: float = MARGIN_PER_CYCLE) -> dict[str, Path]:
+                 margin_per_cycle: float = MARGIN_PER_CYCLE, extra: list[Section] = ()) -> dict[str, Path]:
     """Write report.md, report.html, tables/*.csv|md|tex and figures/*.png for `out_dir`; return them by name.
-    `rows`: the table to report (default: `out_dir`'s results table)."""
+    `rows`: the table to report (default: `out_dir`'s results table); `extra`: sections after the summary."""
     out_dir = Path(out_dir)
     df, spec = (read_results(out_dir) if rows is None else rows), read_spec(out_dir)
     if df.empty:
@@ -283,8 +297,9 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE, rows: pd.DataFr
     else:
         df = results_frame(df.to_dict("records")) if set(REQUIRED) <= set(df.columns) else df
         r = analyse(df, margin_per_cycle)  # the regret once, for every table, figure and sentence
-        sections = [_summary_section(df, spec, tolerance, r, out_dir), _oracle_section(df, spec, tolerance),
-                    _regret_section(df, r), _accuracy_section(df), _cost_section(df), _statistics_section(df)]
+        sections = [_summary_section(df, spec, tolerance, r, out_dir), *extra,
+                    _oracle_section(df, spec, tolerance, read_racing(out_dir)), _regret_section(df, r),
+                    _accuracy_section(df), _cost_section(df), _statistics_section(df)]
     if not df.empty and (note := estimate_note(out_dir)) is not None:  # the cost expected, and the time taken
         next(s for s in sections if s.title == "Cost").notes.append(note)
     if not df.empty and (plots := [Plot(n, c, png) for n, c, png in study_figures(out_dir)]):

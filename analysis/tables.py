@@ -102,6 +102,9 @@ def oracle_table(df: pd.DataFrame, tol: float = TOLERANCE) -> Table | None:
         "values trained": pooled["n_values"].astype(str).tolist(),
         "edge resolution (paper: lo / hi)": [f"{_gap(lo)} / {_gap(hi)}" for lo, hi in
                                              zip(pooled["lo_resolution"], pooled["hi_resolution"])],
+        "edge resolution (not shown worse: lo / hi)": [f"{_gap(lo)} / {_gap(hi)}" for lo, hi in
+                                                       zip(pooled["noise_lo_resolution"],
+                                                           pooled["noise_hi_resolution"])],
         "unimodal": [_yes_no(x) for x in pooled["unimodal"]],
     }
     first = {m: first_judged(df, m) for m in SILO_METHODS if f"{m}_max_lr" in pooled}
@@ -115,8 +118,10 @@ def oracle_table(df: pd.DataFrame, tol: float = TOLERANCE) -> Table | None:
     return Table("oracle", "Oracle max_lr and intervals", _by_density(rows, pooled["density"]), pooled, verdict)
 
 
-def values_table(df: pd.DataFrame, tol: float = TOLERANCE) -> Table | None:
-    """(a, detail) Per cycle, every max_lr trained by all seeds: seed-mean ± s.e. and whether each interval holds it."""
+def values_table(df: pd.DataFrame, tol: float = TOLERANCE, raced: dict[int, dict] | None = None) -> Table | None:
+    """(a, detail) Per cycle, every max_lr the Oracle trained, with n (the seeds that trained it) and its status:
+    complete (every seed), dropped (racing gave it fewer seeds), diverged, or not trained (a value racing's walk
+    never reached, from racing.json); seed-mean ± s.e. and whether each set holds it."""
     pooled = oracle_intervals(df, tol)
     if pooled.empty:
         return None
@@ -127,26 +132,76 @@ def values_table(df: pd.DataFrame, tol: float = TOLERANCE) -> Table | None:
         choice = choose(curve, tol)
         if choice is None:
             continue
-        mean, se = curve.mean(), curve.standard_error()
+        mean, se, n = curve.mean(), curve.standard_error(), curve.acc.count(axis=1)
+        complete = set(curve.complete)
         for v, a, b, w in zip(choice.values, choice.inside, choice.noise_inside, choice.within):
-            records.append({"cycle": int(cycle), "max_lr": v, "val_mean": float(mean[v]), "val_se": float(se[v]),
-                            "paper_inside": a, "noise_inside": b, "within": w, "best": v == choice.best})
-    data = pd.DataFrame(records)
+            status = ("complete" if v in complete else "diverged" if curve.diverged.loc[v].any() else "dropped")
+            records.append({"cycle": int(cycle), "max_lr": v, "n": int(n[v]), "status": status,
+                            "val_mean": float(mean[v]), "val_se": float(se[v]), "paper_inside": a,
+                            "noise_inside": b, "within": w, "best": v == choice.best})
+        for v in (raced or {}).get(int(cycle), {}).get("not_trained", []):
+            records.append({"cycle": int(cycle), "max_lr": float(v), "n": 0, "status": "not trained",
+                            "val_mean": math.nan, "val_se": math.nan, "paper_inside": False, "noise_inside": False,
+                            "within": False, "best": False})
+    data = pd.DataFrame(records).sort_values(["cycle", "max_lr"], ignore_index=True)
     lam = densities(df)
     cells = pd.DataFrame({
         "λ (%)": data["cycle"].map(lam).map(fmt_density),
         "max_lr": data["max_lr"].map(fmt_lr),
-        "val. acc.": [f"{m:.2f}" + ("" if pd.isna(e) else f" ± {e:.2f}") for m, e in zip(data["val_mean"], data["val_se"])],
+        "n": data["n"].astype(str),
+        "status": data["status"],
+        "val. acc.": [DASH if pd.isna(m) else f"{m:.2f}" + ("" if pd.isna(e) else f" ± {e:.2f}")
+                      for m, e in zip(data["val_mean"], data["val_se"])],
         "paper": data["paper_inside"].map(_yes_no),
         "not shown worse": data["noise_inside"].map(_yes_no),
         f"shown within {tol:g}": data["within"].map(_yes_no),
         "best": data["best"].map(lambda b: "b" if b else ""),
     })
+    counts = data["status"].value_counts()
+    seeds = int(pooled["n_seeds"].max())
+    others = [f"{counts[s]} {s}" for s in ("dropped", "diverged", "not trained") if s in counts]
     bad = pooled.loc[~pooled["unimodal"].astype(bool), "density"]
-    verdict = (f"{len(data)} (cycle, max_lr) values trained by every seed; "
+    verdict = (f"{counts.get('complete', 0)} (cycle, max_lr) values trained by all {seeds} seed{'s' * (seeds != 1)}"
+               + (f"; {', '.join(others)} (n says how many seeds trained each)" if others else "") + "; "
                + ("every cycle's seed-mean curve is unimodal." if bad.empty else
                   "not unimodal at λ = " + ", ".join(fmt_density(x) for x in bad) + " %."))
-    return Table("oracle_values", "Every value the Oracle trained", cells, data, verdict)
+    return Table("oracle_values", "Every value the Oracle tried", cells, data, verdict)
+
+
+RACING_COLUMNS = ["cycle", "max_lr", "change", "seeds", "gap", "look", "leader"]
+
+
+def racing_table(df: pd.DataFrame, raced: dict[int, dict] | None) -> Table | None:
+    """(a, racing) Per cycle, each value the race dropped (its seeds, its gap to the leader, the look that dropped
+    it), each value its walk never trained, and each value completed so the sets stay exact (racing.json)."""
+    if raced is None:
+        return None
+    records = []
+    for cycle, summary in sorted(raced.items()):
+        for d in summary["dropped"]:
+            records.append({"cycle": cycle, "max_lr": d["max_lr"],
+                            "change": "diverged" if d.get("why") == "diverged" else "dropped",
+                            "seeds": d["seeds"], "gap": d.get("gap"), "look": d.get("look"), "leader": d.get("leader")})
+        records += [{"cycle": cycle, "max_lr": v, "change": "not trained", "seeds": 0} for v in summary["not_trained"]]
+        records += [{"cycle": cycle, "max_lr": v, "change": "completed for the sets", "seeds": pd.NA}
+                    for v in summary.get("completed_for_sets", [])]
+    data = pd.DataFrame(records, columns=RACING_COLUMNS)
+    lam = densities(df)
+    number = lambda x, f: DASH if pd.isna(x) else f(x)  # noqa: E731
+    cells = pd.DataFrame({
+        "λ (%)": data["cycle"].map(lam).map(lambda x: DASH if pd.isna(x) else fmt_density(x)),
+        "max_lr": data["max_lr"].map(fmt_lr),
+        "what racing did": data["change"],
+        "seeds": data["seeds"].map(lambda x: number(x, lambda y: str(int(y)))),
+        "points behind the leader": data["gap"].map(lambda x: number(x, lambda y: f"{y:.2f}")),
+        "at look (seeds)": data["look"].map(lambda x: number(x, lambda y: str(int(y)))),
+        "leader": data["leader"].map(lambda x: number(x, fmt_lr)),
+    })
+    counts = data["change"].value_counts()
+    verdict = (f"Racing dropped {counts.get('dropped', 0)} value(s) with fewer seeds than every seed, "
+               f"{counts.get('diverged', 0)} on a divergence, left {counts.get('not trained', 0)} untrained beyond "
+               f"them, and completed {counts.get('completed for the sets', 0)} so that the sets stay exact.")
+    return Table("racing", "What racing changed", cells, data, verdict)
 
 
 def seed_table(df: pd.DataFrame, tol: float = TOLERANCE) -> Table | None:

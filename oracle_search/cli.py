@@ -397,7 +397,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from analysis.files import BadResults, check_results
-    from analysis.replay import replay
+    from analysis.replay import REPLAY_COLUMNS, replay
     from oracle_search.schema import results_path
 
     run = Path(args.run_dir)
@@ -410,10 +410,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise SpecError("RUN", str(err)) from None
     if args.slots is not None and args.slots < 1:
         raise SpecError("slots", f"must be an integer >= 1, got {args.slots}")
-    if args.refine < 0:
+    if args.refine is not None and args.refine < 0:
         raise SpecError("refine", f"must be an integer >= 0, got {args.refine}")
-    result = replay(run, Path(args.out), args.slots, args.refine)
-    print(result.cycles.to_string(index=False))
+    result = replay(run, Path(args.out), args.slots, args.refine, False if args.no_bracket else None)
+    print(result.cycles[[*REPLAY_COLUMNS, "edges_equal", "flags_equal", "flags"]].to_string(index=False))
     if result.wall:
         for plan, (seconds, used) in result.wall.items():
             print(f"{plan} on {args.slots} slot(s): {seconds:.0f} s of wall time, slots busy {100 * used:.0f} %")
@@ -423,6 +423,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if len(result.tuning):
         print(result.tuning_line())
     print(result.unimodal_line())
+    print(result.sets_line())
     print(result.last_line())
     return 0
 
@@ -563,8 +564,10 @@ def build_parser() -> Parser:
     c.add_argument("--out", required=True, help="folder for replay.csv, replay_rows.parquet, report.md, tables/")
     c.add_argument("--slots", type=int, help="also simulate both plans' wall time on N slots, from each row's "
                    "measured seconds")
-    c.add_argument("--refine", type=int, default=3, help="the refinement rounds RUN's exhaustive Oracle had "
-                   "(default 3, the default of `oracle` and `compare`)")
+    c.add_argument("--refine", type=int, help="for a run that did not record its options (no options.json): the "
+                   "refinement rounds its Oracle had (default 3, the default of `oracle` and `compare`)")
+    c.add_argument("--no-bracket", action="store_true", help="for a run that did not record its options: its "
+                   "Oracle ran with --no-bracket (every cycle from the whole grid)")
     c.set_defaults(run=cmd_replay)
     return p
 

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Callable, Hashable
 
 from oracle_search.engine import Runner, Started, Training
-from oracle_search.racing import RACING_REFINE, Pool, Race, oracle_race, refinement, run_race
+from oracle_search.racing import RACING_REFINE, Pool, Race, carry, oracle_race, refinement, run_race, write_racing
 from oracle_search.schema import Method, Stage
 from oracle_search.selection import Choice, Curve, bracket, choose, lr_key, next_values
 
-MODES = ("exhaustive", "racing")
 from trainables.schedules import cycle_peak
 from trainables.spec import ExperimentSpec
 
@@ -147,6 +146,7 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
     spec, say = runner.spec, runner.progress.say
     outcomes: list[CycleOutcome] = []
     pool = Pool()  # racing: the seed noise of a paired difference, carried from cycle to cycle
+    raced: dict[int, dict] = {}  # racing: per cycle, what the race changed (racing.json)
     for cycle in range(spec.cycles + 1):
         starts = {s: outcomes[-1].selected[s] if outcomes else None for s in seeds}
         values = bracket(grid, outcomes[-1].choice.best) if outcomes and use_bracket else sorted(grid)
@@ -158,9 +158,12 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
                                else (None, None))
             rows, race, rounds = _race(runner, cycle, seeds, starts, values, grid, min(refine, RACING_REFINE), pool,
                                        previous, dense)
-            pool = pool + race.final_pool()
-            say(f"  racing: {len(race.rows)} of {len({*values, *race.candidates}) * len(seeds)} trainings, "
-                f"{len(race.dropped)} value(s) dropped early, {len(race.walk)} beyond them never trained")
+            pool = carry(pool, race)
+            raced[cycle] = race.summary()
+            write_racing(runner.out, raced)
+            say(f"  racing: {len(race.rows)} of {len({*values, *race.candidates, *race.walk}) * len(seeds)} "
+                f"trainings, {len(race.dropped)} value(s) dropped early, {len(race.walk)} beyond them never trained, "
+                f"{len(race.kept)} completed for the sets")
         else:
             # The rounds see only their own rows, so a rerun with the same options replays them from the ledger
             # and trains nothing new; the choice then counts every row of this cycle from the same starts.

@@ -226,9 +226,25 @@ def one_driver(command: str):
     return wrap
 
 
+OPTIONS_FILE = "options.json"  # beside spec.json: the Oracle's options the run was made with, for `replay`
+
+
+def write_oracle_options(out: Path, options: OracleOptions) -> None:
+    """OUT/options.json: how the Oracle searched (mode, seeds, refinement rounds, bracket), so `replay` plans what
+    this run did without being told again."""
+    atomic_write_json(Path(out) / OPTIONS_FILE, {"oracle": dataclasses.asdict(options)})
+
+
+def read_oracle_options(out: Path) -> OracleOptions | None:
+    """The Oracle's options a run recorded, or None for a run made before they were recorded."""
+    path = Path(out) / OPTIONS_FILE
+    return OracleOptions(**json.loads(path.read_text())["oracle"]) if path.exists() else None
+
+
 def _oracle(runner, options: OracleOptions):
     from oracle_search.oracle import run_oracle
 
+    write_oracle_options(runner.out, options)
     return run_oracle(runner, tuning_seeds(runner.spec, options.seeds), list(runner.spec.grid),
                       refine=options.refine, use_bracket=options.bracket, mode=options.mode)
 
@@ -244,7 +260,7 @@ def _complete_for_verdict(runner, options: OracleOptions) -> None:
 
     seeds = tuning_seeds(runner.spec, options.seeds)
     for _ in range(3):
-        targets = completion_targets(results_frame(runner.ledger.rows()))
+        targets = completion_targets(results_frame(runner.ledger.rows()), list(runner.spec.grid), options.bracket)
         if not targets:
             return
         trained = complete(runner, seeds, targets)

@@ -10,8 +10,8 @@ from scipy import stats
 
 from analysis import render
 from analysis.intervals import oracle_intervals
-from analysis.tables import (accuracy_table, best_per_density, cost_table, headline, oracle_table, seed_table,
-                             statistics_table, values_table)
+from analysis.tables import (accuracy_table, best_per_density, cost_table, headline, oracle_table, racing_table,
+                             seed_table, statistics_table, values_table)
 from oracle_search.schema import results_frame
 
 
@@ -263,6 +263,8 @@ def test_oracle_table_paper_layout_with_both_intervals_and_both_silo_variants():
         ["values trained", "5", "4"],
         # the next value tried outside each edge: 0.05 and 0.2 around [0.1, 0.1]; 0.05 and 0.4 around [0.1, 0.2]
         ["edge resolution (paper: lo / hi)", "100 % / 100 %", "100 % / 100 %"],
+        # lenient [0.05, 0.1]: 0.025 and 0.2 outside; [0.1, 0.4]: 0.05 below, nothing tried above 0.4
+        ["edge resolution (not shown worse: lo / hi)", "100 % / 100 %", "100 % / open"],
         ["unimodal", "yes", "yes"],
         ["SILO (paper) max_lr", "0.05", "0.2"],
         ["SILO (paper) inside (paper / not shown worse / within)", "no / yes / no*", "yes / yes / yes"],
@@ -313,12 +315,35 @@ def test_values_table_lists_every_value_with_both_flags():
     assert data.loc[(0, 0.05), ["paper_inside", "noise_inside", "best"]].tolist() == [False, True, False]
     assert data.loc[(0, 0.2), ["paper_inside", "noise_inside"]].tolist() == [False, False]
     assert data["best"].sum() == 2 and data.loc[(1, 0.2), "best"]
-    assert table.cells.iloc[1].tolist() == ["100", "0.05", "80.20 ± 0.00", "no", "yes", "no", ""]
+    assert table.cells.iloc[1].tolist() == ["100", "0.05", "3", "complete", "80.20 ± 0.00", "no", "yes", "no", ""]
+    assert (data["n"] == 3).all() and (data["status"] == "complete").all()
     # cycle 1: 0.1 is 0.4 worse on every seed (sd 0): shown within 0.5; 0.4 is not.
     assert data.loc[(1, 0.1), "within"] and not data.loc[(1, 0.4), "within"] and data.loc[(1, 0.2), "within"]
-    assert table.verdict == "9 (cycle, max_lr) values trained by every seed; every cycle's seed-mean curve is unimodal."
+    assert table.verdict == ("9 (cycle, max_lr) values trained by all 3 seeds; every cycle's seed-mean curve is "
+                             "unimodal.")
     bumpy = {0: (0.1, {0.025: [76.0], 0.05: [75.0], 0.1: [80.0]})}
     assert values_table(results_frame(oracle_rows(bumpy, seeds=1))).verdict.endswith("not unimodal at λ = 100 %.")
+
+
+def test_values_table_of_a_racing_run_gives_n_and_status_and_never_says_every_seed_over_fewer():
+    """Racing left cycle 1's 0.4 with one seed and never trained 0.8 (racing.json): n and status say so, the
+    verdict counts them apart, and the racing table lists both with the drop's gap and look."""
+    rows = [r for r in oracle_rows() if not (r["cycle"] == 1 and r["max_lr"] == 0.4 and r["seed"] > 0)]
+    raced = {0: {"dropped": [], "not_trained": [], "completed_for_sets": []},
+             1: {"dropped": [{"max_lr": 0.4, "seeds": 1, "gap": 2.5, "look": 1, "leader": 0.2, "why": "..."}],
+                 "not_trained": [0.8], "completed_for_sets": [0.05]}}
+    table = values_table(results_frame(rows), raced=raced)
+    data = table.data.set_index(["cycle", "max_lr"])
+    assert data.loc[(1, 0.4), ["n", "status"]].tolist() == [1, "dropped"]
+    assert data.loc[(1, 0.8), ["n", "status"]].tolist() == [0, "not trained"]
+    assert data.loc[(1, 0.2), ["n", "status"]].tolist() == [3, "complete"]
+    assert table.verdict.startswith("8 (cycle, max_lr) values trained by all 3 seeds; 1 dropped, 1 not trained (n says")
+    racing = racing_table(results_frame(rows), raced)
+    assert racing.data[["cycle", "max_lr", "change", "seeds"]].values.tolist() == [
+        [1, 0.4, "dropped", 1], [1, 0.8, "not trained", 0], [1, 0.05, "completed for the sets", pd.NA]]
+    assert racing.cells.iloc[0].tolist() == ["80", "0.4", "dropped", "1", "2.50", "1", "0.2"]
+    assert racing.verdict.startswith("Racing dropped 1 value(s) with fewer seeds than every seed, 0 on a divergence")
+    assert racing_table(results_frame(rows), None) is None  # an exhaustive run: no racing table
 
 
 def test_seed_table_says_how_often_the_seeds_disagree():

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from analysis.replay import Clock, makespan, replay
+from analysis.replay import REPLAY_COLUMNS, Clock, compare_sets, makespan, replay
 from oracle_rows import oracle_rows
 from oracle_search.cli import main
 from oracle_search.schema import results_frame, write_results
@@ -53,12 +53,24 @@ def test_replay_by_hand(run, tmp_path):
     got = replay(run, out, slots=2, racing_refine=0)
     expected = pd.DataFrame({"cycle": [0, 1], "exhaustive_b": [0.4, 0.4], "racing_b": [0.4, 0.4],
                              "trainings_exhaustive": [12, 12], "trainings_racing": [10, 8], "unanswered": [0, 0]})
-    pd.testing.assert_frame_equal(got.cycles, expected, check_dtype=False)
+    pd.testing.assert_frame_equal(got.cycles[REPLAY_COLUMNS], expected, check_dtype=False)
     assert got.wall == {"exhaustive": (12.0, 1.0), "racing": (10.0, 0.9)}
+    # The sets, both ways: paper {0.4}; lenient [0.2, 0.4] at cycle 0 (0.2's d = [1, 0.5, 1]: lower bound 0.35),
+    # {0.4} at cycle 1 (d = [1, 1, 1]); strict {0.4}. Racing completes 0.2 and 0.4 and drops 0.1 and 0.8, which
+    # could not enter the lenient set: the same 6 edges per cycle, and SILO (paper)'s 3 flags per cycle equal.
+    assert got.cycles["edges_equal"].tolist() == [6, 6] and got.cycles["lenient_lo_racing"].tolist() == [0.2, 0.4]
+    assert got.cycles["flags_equal"].tolist() == got.cycles["flags"].tolist() == [3, 3] and got.differences.empty
+    assert got.members == (12, 12, 0) and (got.undefined, got.flips) == (0, 0)
     # SILO (paper) at 0.2 on cycle 1 is complete in both: the same three verdicts.
     assert (got.labels_equal, got.labels) == (3, 3)
     assert got.last_line() == ("replay: racing used 18 of 24 Oracle trainings (75 %), racing b inside the run's "
-                               "paper interval at 2 of 2 cycles, verdict labels equal on 3 of 3")
+                               "paper interval at 2 of 2 cycles, inside flags equal on 6 of 6, verdict labels equal "
+                               "on 3 of 3")
+    raced = json.loads((out / "racing.json").read_text())
+    assert [d["max_lr"] for d in raced["0"]["dropped"]] == [0.1, 0.8] and raced["1"]["not_trained"] == []
+    report = (out / "report.md").read_text()
+    assert "Every \"inside\" flag of every compared schedule equals the exhaustive run's." in report
+    assert "What racing changed" in report
     # The files: replay.csv, the rows racing used plus every non-Oracle row, unchanged; the report from them.
     assert pd.read_csv(out / "replay.csv").equals(got.cycles)
     kept = pd.read_parquet(out / "replay_rows.parquet")
@@ -141,3 +153,33 @@ def test_the_command_prints_the_last_line_and_refuses_a_folder_without_a_run(run
     assert code == 2 and len(err) == 1 and "RUN" in err[0] and not (tmp_path / "r2").exists()
     code = main(["replay", str(run), "--out", str(tmp_path / "r3"), "--slots", "0"])
     assert code == 2 and "slots" in capsys.readouterr().err and not (tmp_path / "r3").exists()
+
+
+def test_replay_plans_with_the_options_the_run_recorded(run, tmp_path, capsys):
+    """The grid gains 3.2, which the run never trained. Bracketing, cycle 1 starts from the values within ×4 of
+    0.4, so only cycle 0 asks for 3.2 (3 seeds unanswered). A run made with --no-bracket records it (options.json):
+    replay then starts cycle 1 from the whole grid too, unasked, and 3.2 is asked there as well. A flag that
+    contradicts the record is refused with one line (exit 2), nothing written."""
+    (run / "spec.json").write_text(json.dumps({"grid": [*GRID, 3.2], "preset": "hand"}))
+    assert replay(run, tmp_path / "bracketed", racing_refine=0).cycles["unanswered"].tolist() == [3, 0]
+    (run / "options.json").write_text(json.dumps({"oracle": {"seeds": 3, "refine": 3, "bracket": False, "fuse": 0,
+                                                             "mode": "exhaustive"}}))
+    assert replay(run, tmp_path / "replay", racing_refine=0).cycles["unanswered"].tolist() == [3, 3]
+    assert main(["replay", str(run), "--out", str(tmp_path / "r"), "--refine", "1"]) == 2
+    assert "refine" in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
+def test_every_differing_inside_flag_is_listed_with_both_sets():
+    """compare_sets on two hand-made interval tables: cycle 1's lenient flag differs (the racing set is narrower)
+    and is listed with both sets; the equal ones are counted, not listed."""
+    def frame(noise_hi: float, noise_inside: bool) -> pd.DataFrame:
+        return pd.DataFrame({"cycle": [1], "lo": [0.2], "hi": [0.4], "noise_lo": [0.2], "noise_hi": [noise_hi],
+                             "strict_lo": [0.4], "strict_hi": [0.4], "silo_paper_max_lr": [0.5],
+                             "silo_paper_inside": [False], "silo_paper_noise_inside": [noise_inside],
+                             "silo_paper_within": [False]})
+
+    sets, differ = compare_sets(frame(0.8, True), frame(0.4, False))
+    assert sets.loc[0, ["edges_equal", "flags_equal", "flags"]].tolist() == [5, 2, 3]
+    assert differ.to_dict("records") == [{"cycle": 1, "schedule": "silo_paper", "set": "lenient", "max_lr": 0.5,
+                                          "exhaustive": True, "racing": False, "exhaustive_set": "[0.2, 0.8]",
+                                          "racing_set": "[0.2, 0.4]"}]
