@@ -317,3 +317,30 @@ def test_completion_targets_name_the_values_the_verdict_needs():
     assert completion_targets(results_frame(rows)) == {1: [0.565685, 0.8]}
     cycles[1][1][0.8] = [81.0, 82.0, 83.0]
     assert completion_targets(results_frame(oracle(cycles) + final("silo_paper", {0: 0.4, 1: 0.6}))) == {1: [0.565685]}
+
+
+def test_completion_targets_reach_a_max_lr_beyond_where_the_walk_stopped():
+    """The walk tried 0.2 to 0.8 at cycle 1; SILO (paper) sits at 0.142, below all of them (base seed 100's cycle 3
+    in the racing-told issue). Without the grid nothing can bracket it, and its comparison would be undefined; with
+    the grid, the grid value next below it inside the exhaustive Oracle's bracket of cycle 0's b (0.4: ×4 reaches
+    down to 0.1) is asked for, so it can be interpolated as after an exhaustive Oracle. With no bracket, the whole
+    grid is the reach: the same value here. A max_lr below the bracket's reach gets nothing, as exhaustive has
+    nothing there either."""
+    cycles = {0: (0.4, {0.1: [78, 79, 80], 0.2: [80, 81, 82], 0.4: [81, 82, 83]}),
+              1: (0.4, {0.2: [80, 81, 82], 0.4: [82, 83, 84], 0.8: [81, 82, 83]})}
+    grid = [0.025, 0.05, 0.1, 0.2, 0.4, 0.8]
+    rows = results_frame(oracle(cycles) + final("silo_paper", {0: 0.4, 1: 0.142}))
+    assert completion_targets(rows) == {}
+    assert completion_targets(rows, grid) == {1: [0.1]} == completion_targets(rows, grid, use_bracket=False)
+    far = results_frame(oracle(cycles) + final("silo_paper", {0: 0.4, 1: 0.06}))
+    assert completion_targets(far, grid) == {} and completion_targets(far, grid, use_bracket=False) == {1: [0.05]}
+
+
+def test_completion_targets_resolve_a_gap_at_the_lenient_sets_edge_too():
+    """SILO (paper) at 1.2 lies between 0.8 and 1.6, both outside the paper interval (1 and 6 points behind b =
+    0.4); 0.8 is noisy (d = [0, 1, 2]: "not shown worse"), 1.6 is not. The paper interval alone asks for nothing;
+    the lenient set's edge lies in the gap, so its midpoint √(0.8·1.6) is asked for."""
+    cycles = {0: (0.4, {0.4: [81, 82, 83]}),
+              1: (0.4, {0.4: [82, 83, 84], 0.8: [82, 82, 82], 1.6: [76, 77, 78]})}
+    rows = results_frame(oracle(cycles) + final("silo_paper", {0: 0.4, 1: 1.2}))
+    assert completion_targets(rows) == {1: [1.13137]}
