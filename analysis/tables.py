@@ -198,8 +198,8 @@ def racing_table(df: pd.DataFrame, raced: dict[int, dict] | None) -> Table | Non
         "leader": data["leader"].map(lambda x: number(x, fmt_lr)),
     })
     counts = data["change"].value_counts()
-    verdict = (f"Racing dropped {counts.get('dropped', 0)} value(s) with fewer seeds than every seed, "
-               f"{counts.get('diverged', 0)} on a divergence, left {counts.get('not trained', 0)} untrained beyond "
+    verdict = (f"Racing left {counts.get('dropped', 0)} value(s) with fewer than all seeds, dropped "
+               f"{counts.get('diverged', 0)} on a divergence, never trained {counts.get('not trained', 0)} beyond "
                f"them, and completed {counts.get('completed for the sets', 0)} so that the sets stay exact.")
     return Table("racing", "What racing changed", cells, data, verdict)
 

@@ -70,7 +70,7 @@ MIN_POOL_DF = 2  # one residual, or residuals that happen to be equal, are no es
 # noisier than the pool is judged by its own noise from its second seed on (tests/test_racing.py shows one kept
 # that the pooled sd alone would drop). The simulated chains hold α with it, and also without it: there the
 # Bonferroni correction alone is conservative enough (docs/measured.md).
-PRIOR_WEIGHT = 6
+PRIOR_WEIGHT = 10
 PREDICTIVE_DRAWS = 4000  # `Race.could_enter`: Monte Carlo draws of a dropped value's missing seeds
 CARRY = 0.5  # the weight an earlier cycle's pool keeps at the next cycle: the noise drifts as the network is pruned
 

@@ -342,7 +342,7 @@ def test_values_table_of_a_racing_run_gives_n_and_status_and_never_says_every_se
     assert racing.data[["cycle", "max_lr", "change", "seeds"]].values.tolist() == [
         [1, 0.4, "dropped", 1], [1, 0.8, "not trained", 0], [1, 0.05, "completed for the sets", pd.NA]]
     assert racing.cells.iloc[0].tolist() == ["80", "0.4", "dropped", "1", "2.50", "1", "0.2"]
-    assert racing.verdict.startswith("Racing dropped 1 value(s) with fewer seeds than every seed, 0 on a divergence")
+    assert racing.verdict.startswith("Racing left 1 value(s) with fewer than all seeds, dropped 0 on a divergence")
     assert racing_table(results_frame(rows), None) is None  # an exhaustive run: no racing table
 
 
