@@ -33,7 +33,6 @@ from scipy import stats
 from oracle_search.schema import read_results
 from analysis.intervals import oracle_intervals
 from analysis.select import oracle_trials
-from oracle_search.selection import inside
 from trainables.cycle import train_step
 from trainables.plugins import build_model
 from trainables.presets import PRESETS
@@ -121,8 +120,8 @@ def compare_runs(fp32_run: Path, bf16_run: Path) -> None:
         x, y = a.loc[c], b.loc[c]
         print(f"{c:5d}  {x['density']:6.2f}%  {x['best_max_lr']:6.4g}  [{x['noise_lo']:.4g}, {x['noise_hi']:.4g}]"
               f"{'':<6}{y['best_max_lr']:6.4g}  [{y['noise_lo']:.4g}, {y['noise_hi']:.4g}]{'':<6}"
-              f"{inside(x['best_max_lr'], y['noise_lo'], y['noise_hi'])} / "
-              f"{inside(y['best_max_lr'], x['noise_lo'], x['noise_hi'])}")
+              f"{y['noise_lo'] <= x['best_max_lr'] <= y['noise_hi']} / "
+              f"{x['noise_lo'] <= y['best_max_lr'] <= x['noise_hi']}")  # within the other's span (b values are lr_key'd)
 
     rows = {name: oracle_trials(df).groupby(KEY).agg(val=("val_acc", "mean"), diverged=("diverged", "any"))
             for name, df in frames.items()}

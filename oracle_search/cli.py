@@ -573,7 +573,6 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import os
     import signal
     import threading
 

@@ -40,7 +40,6 @@ from oracle_search.schema import Method, Stage
 from trainables.schedules import SiloParams
 from trainables.spec import NUMERICS, ExperimentSpec, SpecError
 
-METHOD = Method.SILO_FIT.value
 ACTIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)  # what counts toward --trials
 
 

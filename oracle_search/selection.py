@@ -119,11 +119,6 @@ def choose(curve: Curve, tolerance: float = TOLERANCE) -> Choice | None:
                   strict_lo=strict_lo, strict_hi=strict_hi, within=tuple(within))
 
 
-def inside(value: float, lo: float, hi: float) -> bool:
-    """Within [lo, hi] up to float rounding (a span, not a set: use `in_set` to judge a schedule)."""
-    return lo * (1 - _EPS) <= value <= hi * (1 + _EPS)
-
-
 def in_set(value: float, values: Iterable[float], members: Iterable[bool]) -> bool:
     """Whether `value` is inside the set whose membership over the trained `values` (ascending) is `members`: it
     equals a member, or lies strictly between two adjacent trained values that are both members."""
