@@ -8,27 +8,13 @@ from __future__ import annotations
 import pandas as pd
 
 from oracle_search.engine import Runner
-from oracle_search.oracle import Streaming, chain_suffix, cycle_trial, grid_key
+from oracle_search.trials import Streaming, chain_suffix, cycle_trial, grid_key, peak_name, silo_spec, silo_tags
 from oracle_search.schema import BASELINES, Method, Stage
 from oracle_search.curve import Curve
 from oracle_search.racing import Pool, pool_of, run_races, tuning_race
 from oracle_search.selection import dense_curve
 from trainables.schedules import SiloParams
 from trainables.spec import ExperimentSpec
-
-
-def silo_spec(spec: ExperimentSpec, params: SiloParams) -> ExperimentSpec:
-    return spec.with_schedule(name="silo", silo=params)
-
-
-def silo_tags(method: Method, params: SiloParams, stage: Stage, **extra) -> dict:
-    return {"method": method.value, "stage": stage.value, "schedule": "silo", "epsilon": params.epsilon,
-            "delta": params.delta, "q": params.q, "beta": params.beta, **extra}
-
-
-def tune_trial(spec: ExperimentSpec, name: str, lr: float, seed: int):
-    return cycle_trial(spec.with_schedule(name=name), f"{name}-tune-c00-s{seed}-lr{grid_key(lr)}", 0, seed, lr,
-                       None, {"method": name, "stage": Stage.TUNE.value, "schedule": name, "selected": False})
 
 
 def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], seeds: list[int],
@@ -67,14 +53,6 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], se
         peaks[name] = best
         runner.progress.say(f"  baselines: {name} tuned peak LR {best:.4g} over {len(seeds)} seed(s)")
     return peaks
-
-
-def peak_name(spec: ExperimentSpec, lr: float | None) -> str:
-    """The key part naming a run's peak LR: the tuned value, or SILO's parameters."""
-    if lr is not None:
-        return f"lr{grid_key(lr)}"
-    p = spec.schedule.silo
-    return f"silo{grid_key(p.epsilon)}_{grid_key(p.delta)}_{p.q}_{grid_key(p.beta)}"
 
 
 def run_chains(runner: Runner, runs: dict[str, tuple[ExperimentSpec, float | None, dict]], seeds: list[int],

@@ -13,45 +13,13 @@ paired differences are defined."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Hashable
 
-from oracle_search.engine import Runner, Started, Training
+from oracle_search.engine import Runner, Training
 from oracle_search.racing import RACING_REFINE, Pool, Race, carry, oracle_race, refinement, run_race, write_racing
 from oracle_search.schema import Method, Stage
 from oracle_search.selection import Choice, Curve, bracket, choose, lr_key, next_values
+from oracle_search.trials import Streaming, oracle_trial, training_id
 
-from trainables.schedules import cycle_peak
-from trainables.spec import ExperimentSpec
-
-
-def grid_key(value: float) -> str:
-    return f"{value:.6g}"
-
-
-def chain_suffix(start: dict | None) -> str:
-    """Names the checkpoint a trial starts from, so a trial trained from another chain is never reused."""
-    return f"-from{start['checkpoint_hash'][:10]}" if start else ""
-
-
-def training_id(spec: ExperimentSpec, cycle: int, seed: int, max_lr: float | None, start: dict | None) -> str:
-    """Identity of a training: two trials with the same id train the same network the same way."""
-    peak = cycle_peak(spec.schedule, cycle, spec.rate, max_lr)
-    return (f"{spec.training_fingerprint()}-c{cycle}-s{seed}-lr{grid_key(peak)}"
-            f"-from{start['checkpoint_hash'] if start else ''}")
-
-
-def cycle_trial(spec: ExperimentSpec, key: str, cycle: int, seed: int, max_lr: float | None, start: dict | None,
-                tags: dict) -> Training:
-    """A trial of one cycle, tagged with its training identity so an identical training is never run twice."""
-    return Training(key=key, spec=spec, cycle=cycle, max_lr=max_lr, seed=seed,
-                 start_checkpoint=start["checkpoint"] if start else None,
-                 tags=tags | {"training": training_id(spec, cycle, seed, max_lr, start)})
-
-
-def oracle_trial(runner: Runner, cycle: int, seed: int, lr: float, start: dict | None, stage: Stage) -> Training:
-    return cycle_trial(runner.spec, f"oracle-c{cycle:02d}-s{seed}-lr{grid_key(lr)}{chain_suffix(start)}", cycle,
-                       seed, lr, start, {"method": Method.ORACLE.value, "stage": stage.value,
-                                         "schedule": runner.spec.schedule.name})
 
 
 @dataclass
@@ -90,36 +58,6 @@ def earlier_rows(runner: Runner, cycle: int, starts: dict[int, dict | None]) -> 
                 and row.get("training") == training_id(runner.spec, cycle, seed, row["max_lr"], starts[seed])):
             mine[row["key"]] = row
     return mine
-
-
-class Streaming:
-    """A racing `Trainer` (oracle_search.racing) on the Runner's long-lived experiment: items start without
-    waiting, and `wait` returns as soon as one finishes, so `run_races` tops up the freed slot at once.
-    `trial_of` names the trial an item trains."""
-
-    def __init__(self, runner: Runner, trial_of: Callable[[Hashable, tuple[float, int]], Training]):
-        self.runner, self.trial_of = runner, trial_of
-        self.started: list[tuple[dict, Started]] = []  # (item -> trial, what Runner.start returned)
-        self.news = 0
-
-    def start(self, items: list) -> None:
-        if items:
-            trials = {item: self.trial_of(*item) for item in items}
-            self.started.append((trials, self.runner.start(list(trials.values()))))
-
-    def wait(self) -> dict:
-        while True:
-            got, left = {}, []
-            for trials, started in self.started:
-                rows = self.runner.ready(started)
-                got |= {item: rows[t.key] for item, t in trials.items() if t.key in rows}
-                rest = {item: t for item, t in trials.items() if t.key not in rows}
-                if rest:
-                    left.append((rest, started))
-            self.started = left
-            if got or not left:
-                return got
-            self.news = self.runner.wait_for_news(self.news)
 
 
 def _race(runner: Runner, cycle: int, seeds: list[int], starts: dict[int, dict | None], values: list[float],

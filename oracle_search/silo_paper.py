@@ -26,9 +26,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from oracle_search.baselines import run_chains, silo_spec, silo_tags
+from oracle_search.baselines import run_chains
 from oracle_search.engine import Runner
-from oracle_search.oracle import grid_key
+from oracle_search.trials import grid_key, silo_spec, silo_tags
 from oracle_search.schema import Method, Stage
 from trainables.atomic import atomic_write_json
 from oracle_search.curve import Curve, lr_key

@@ -14,7 +14,7 @@ import pytest
 from oracle_search import cli
 from oracle_search.engine import Ledger, Progress, Runner
 from oracle_search.fitter import trial_key
-from oracle_search.oracle import cycle_trial, training_id
+from oracle_search.trials import cycle_trial, training_id
 from oracle_search.schema import read_results
 from trainables.presets import PRESETS
 from trainables.schedules import SiloParams

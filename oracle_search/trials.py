@@ -1,0 +1,94 @@
+"""What a training is: its identity (two trials with the same id train the same network the same way), its key in
+the ledger, its tags; and `Streaming`, the racing `Trainer` that starts trials on the Runner without waiting. Every
+driver (the Oracle, the baselines, silo_fit, silo_paper) names its trainings here, so no driver imports another
+for them."""
+from __future__ import annotations
+
+from typing import Callable, Hashable
+
+from oracle_search.engine import Runner, Started, Training
+from oracle_search.schema import Method, Stage
+from trainables.schedules import SiloParams, cycle_peak
+from trainables.spec import ExperimentSpec
+
+
+def grid_key(value: float) -> str:
+    return f"{value:.6g}"
+
+
+def chain_suffix(start: dict | None) -> str:
+    """Names the checkpoint a trial starts from, so a trial trained from another chain is never reused."""
+    return f"-from{start['checkpoint_hash'][:10]}" if start else ""
+
+
+def training_id(spec: ExperimentSpec, cycle: int, seed: int, max_lr: float | None, start: dict | None) -> str:
+    """Identity of a training: two trials with the same id train the same network the same way."""
+    peak = cycle_peak(spec.schedule, cycle, spec.rate, max_lr)
+    return (f"{spec.training_fingerprint()}-c{cycle}-s{seed}-lr{grid_key(peak)}"
+            f"-from{start['checkpoint_hash'] if start else ''}")
+
+
+def cycle_trial(spec: ExperimentSpec, key: str, cycle: int, seed: int, max_lr: float | None, start: dict | None,
+                tags: dict) -> Training:
+    """A trial of one cycle, tagged with its training identity so an identical training is never run twice."""
+    return Training(key=key, spec=spec, cycle=cycle, max_lr=max_lr, seed=seed,
+                 start_checkpoint=start["checkpoint"] if start else None,
+                 tags=tags | {"training": training_id(spec, cycle, seed, max_lr, start)})
+
+
+def oracle_trial(runner: Runner, cycle: int, seed: int, lr: float, start: dict | None, stage: Stage) -> Training:
+    return cycle_trial(runner.spec, f"oracle-c{cycle:02d}-s{seed}-lr{grid_key(lr)}{chain_suffix(start)}", cycle,
+                       seed, lr, start, {"method": Method.ORACLE.value, "stage": stage.value,
+                                         "schedule": runner.spec.schedule.name})
+
+
+def peak_name(spec: ExperimentSpec, lr: float | None) -> str:
+    """The key part naming a run's peak LR: the tuned value, or SILO's parameters."""
+    if lr is not None:
+        return f"lr{grid_key(lr)}"
+    p = spec.schedule.silo
+    return f"silo{grid_key(p.epsilon)}_{grid_key(p.delta)}_{p.q}_{grid_key(p.beta)}"
+
+
+def silo_spec(spec: ExperimentSpec, params: SiloParams) -> ExperimentSpec:
+    return spec.with_schedule(name="silo", silo=params)
+
+
+def silo_tags(method: Method, params: SiloParams, stage: Stage, **extra) -> dict:
+    return {"method": method.value, "stage": stage.value, "schedule": "silo", "epsilon": params.epsilon,
+            "delta": params.delta, "q": params.q, "beta": params.beta, **extra}
+
+
+def tune_trial(spec: ExperimentSpec, name: str, lr: float, seed: int):
+    return cycle_trial(spec.with_schedule(name=name), f"{name}-tune-c00-s{seed}-lr{grid_key(lr)}", 0, seed, lr,
+                       None, {"method": name, "stage": Stage.TUNE.value, "schedule": name, "selected": False})
+
+
+class Streaming:
+    """A racing `Trainer` (oracle_search.racing) on the Runner's long-lived experiment: items start without
+    waiting, and `wait` returns as soon as one finishes, so `run_races` tops up the freed slot at once.
+    `trial_of` names the trial an item trains."""
+
+    def __init__(self, runner: Runner, trial_of: Callable[[Hashable, tuple[float, int]], Training]):
+        self.runner, self.trial_of = runner, trial_of
+        self.started: list[tuple[dict, Started]] = []  # (item -> trial, what Runner.start returned)
+        self.news = 0
+
+    def start(self, items: list) -> None:
+        if items:
+            trials = {item: self.trial_of(*item) for item in items}
+            self.started.append((trials, self.runner.start(list(trials.values()))))
+
+    def wait(self) -> dict:
+        while True:
+            got, left = {}, []
+            for trials, started in self.started:
+                rows = self.runner.ready(started)
+                got |= {item: rows[t.key] for item, t in trials.items() if t.key in rows}
+                rest = {item: t for item, t in trials.items() if t.key not in rows}
+                if rest:
+                    left.append((rest, started))
+            self.started = left
+            if got or not left:
+                return got
+            self.news = self.runner.wait_for_news(self.news)
