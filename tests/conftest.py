@@ -16,6 +16,19 @@ from typing import Iterator
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+RAY_FIXTURES = {"_local_cluster", "_two_node_cluster", "make_cluster"}  # a test holding one starts or joins a Ray
+E2E_FIXTURES = {"tiny_compare", "replicated"}  # a whole command run end to end (a compare, R compares)
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """The lanes say what a test costs: `ray` (it starts or joins a real Ray), `e2e` (a whole command end to end,
+    on Ray), besides `slow` (minutes); the rest are pure CPU, simulations included (`-m "slow and not ray"`)."""
+    for item in items:
+        held = set(getattr(item, "fixturenames", ()))
+        if held & RAY_FIXTURES:
+            item.add_marker(pytest.mark.ray)
+        if held & E2E_FIXTURES or item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.e2e)
 _LOCAL: dict[str, str] = {}  # the local Ray's address, once a test has started it
 
 

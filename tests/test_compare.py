@@ -9,7 +9,7 @@ import pytest
 
 from conftest import TINY_COMPARE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 def test_compare_writes_results_and_report_and_resumes_after_sigkill(tiny_compare):
