@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 import torch
 
-from trainables.data import SPLITS, DatasetSplits
+from trainables.streamed import SPLITS, DatasetSplits
 from trainables.errors import DataError
 
 if TYPE_CHECKING:
