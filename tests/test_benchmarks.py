@@ -26,6 +26,7 @@ LAST_LINE = {
     "gpu_tune_trial.py": r"fused trial ok: gpu_ids \[[^]]+\], device cpu; max_lr 0\.01: val \d+\.\d % in \d+\.\d s, "
                          r"max_lr 0\.02: val \d+\.\d % in \d+\.\d s",
     "oracle_overhead.py": r"load average now \d+\.\d",
+    "racing_error.py": r'\{"divergence:shipped": \{"rule_value": [0-9.e-]+, "rule_race": .*"races": 10\}\}',
     "silo_vs_oracle.py": rf"  [a-z_]+ +last-cycle test accuracy {N} ± {N} \(n=\d+\)",
     "step_efficiency.py": rf"step / matmul = {N}",
     "train_throughput.py": rf"resnet20 +\d+ +\d+ +{N}",
