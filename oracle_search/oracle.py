@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from oracle_search.engine import Runner, Training
-from oracle_search.racing import RACING_REFINE, Pool, Race, carry, oracle_race, refinement, run_race, write_racing
+from oracle_search.racing import (RACING_FILE, RACING_REFINE, Pool, Race, carry, oracle_race, refinement,
+                                  run_race, write_racing)
 from oracle_search.schema import Method, Stage
 from oracle_search.selection import Choice, Curve, bracket, choose, lr_key, next_values
 from oracle_search.trials import Streaming, oracle_trial, training_id
@@ -85,6 +86,8 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
     outcomes: list[CycleOutcome] = []
     pool = Pool()  # racing: the seed noise of a paired difference, carried from cycle to cycle
     raced: dict[int, dict] = {}  # racing: per cycle, what the race changed (racing.json)
+    if mode != "racing":  # an earlier racing run on this folder: its record no longer describes the Oracle's rows
+        (runner.out / RACING_FILE).unlink(missing_ok=True)
     for cycle in range(spec.cycles + 1):
         starts = {s: outcomes[-1].selected[s] if outcomes else None for s in seeds}
         values = bracket(grid, outcomes[-1].choice.best) if outcomes and use_bracket else sorted(grid)
