@@ -1,35 +1,33 @@
-"""Run batches of pruning-cycle trials on Ray Tune, recording each finished trial in a ledger at once.
-
-The ledger (one small JSON file per finished trial under DIR/ledger/) is what makes every driver resumable:
-a rerun skips every trial already in it, so a killed or interrupted driver never retrains a finished trial.
+"""Run batches of pruning-cycle trials on Ray Tune, recording each finished trial in a ledger at once: the `Engine`
+(one Tune experiment, shared by a run's replicates) and the `Runner` (one results folder). Beside it: `ledger.py`
+(what makes every driver resumable), `cluster.py` (where trials run, how many at once), `fusion.py` (candidates
+per trial), `searcher.py` (the Tune searcher the driver feeds) and `warm.py` (idle actors kept between batches).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import signal
 import threading
 import time
-import warnings
-from collections import Counter, deque
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import ray
 from ray import tune
-from ray.tune.search import Searcher
 
+from oracle_search.cluster import allow_pending, connect, trial_slots
+from oracle_search.fusion import fusable
+from oracle_search.ledger import Ledger
 from oracle_search.progress import Progress, latest_error
+from oracle_search.searcher import TrialQueue
+from oracle_search.warm import warm_actors
 from oracle_search.schema import COLUMNS, write_results
-from trainables.atomic import atomic_write_json
 from trainables.checkpoints import CheckpointError, verify_checkpoint
 from trainables.cycle import CycleResult
 from trainables.sources import record_sources, runtime_env
 from trainables.timestamps import utc_now
-from trainables.spec import NUMERICS, ExperimentSpec, SpecError
+from trainables.spec import ExperimentSpec, SpecError
 from trainables.tune_adapter import any_cycle_trainable
 
 # What a trial reports that becomes its row: the cycle's own fields (trainables.cycle.CycleResult) that are
@@ -38,9 +36,6 @@ PLACEMENT = ("gpu_ids", "node_id")
 ROW_METRICS = tuple(f.name for f in dataclasses.fields(CycleResult) if f.name in COLUMNS and f.name != "checkpoint") \
     + PLACEMENT
 # `ray up` hands the autoscaler this file on the head (cluster.yaml: --autoscaling-config), resources filled in.
-AUTOSCALER_CONFIG = Path.home() / "ray_bootstrap_config.yaml"
-IDLE_WAIT_S = 2.0  # how long the searcher holds Tune's idle poll open for the driver's next batch
-KEEP_IDLE_S = 60.0  # idle trial actors are kept while the driver wanted that many within this window
 ABORT_JOIN_S = 20.0  # how long an interrupted run waits for Tune to stop its trials
 
 
@@ -78,196 +73,6 @@ class Started:
     waiting: set[str]
 
 
-class Ledger:
-    def __init__(self, out: Path):
-        self.dir = out / "ledger"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._check_numerics()
-
-    def _check_numerics(self) -> None:
-        """Rows are reused by key, so a ledger written under older arithmetic (`trainables.spec.NUMERICS`) is
-        refused rather than mixed with new trainings; a new ledger records the version it is written under."""
-        stamp = self.dir / "numerics"
-        if stamp.exists():
-            version = int(stamp.read_text())
-        elif any(self.dir.glob("*.json")):
-            version = 1  # written before the version was recorded
-        else:
-            stamp.write_text(str(NUMERICS))
-            return
-        if version != NUMERICS:
-            raise SpecError("out", f"{self.dir.parent} holds trainings made with an older version's arithmetic "
-                            f"(numerics {version}, now {NUMERICS}); use a new --out")
-
-    def _path(self, key: str) -> Path:
-        return self.dir / f"{key}.json"
-
-    def get(self, key: str) -> dict | None:
-        path = self._path(key)
-        return json.loads(path.read_text()) if path.exists() else None
-
-    def refuse(self, key: str) -> Path:
-        """Move the row under `key` out of the ledger, into ledger/refused/ (kept for inspection, never read
-        back as a row); returns where it went."""
-        target = self.dir / "refused" / f"{key}.json"
-        target.parent.mkdir(exist_ok=True)
-        n = 1
-        while target.exists():
-            n += 1
-            target = target.with_name(f"{key}.{n}.json")
-        os.replace(self._path(key), target)
-        return target
-
-    def record(self, row: dict) -> None:
-        atomic_write_json(self._path(row["key"]), row)
-
-    def rows(self) -> list[dict]:
-        return [json.loads(p.read_text()) for p in sorted(self.dir.glob("*.json"))]
-
-
-def cluster_address(address: str | None) -> str | None:
-    """`--address`, else the cluster this process runs in: Ray sets RAY_ADDRESS for every job's driver."""
-    return address or os.environ.get("RAY_ADDRESS") or None
-
-
-def connect(address: str | None, runtime_env: dict | None = None) -> None:
-    """Join the cluster at `address` (or RAY_ADDRESS), or start a local Ray sized to this machine with its
-    dashboard off; `runtime_env` ships the user's own modules (trainables.sources.runtime_env) to every worker."""
-    # Read by Tune in this process at fit time, so set them even when the caller already started Ray.
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no status tables
-    if ray.is_initialized():
-        return
-    address = cluster_address(address)
-    in_main = threading.current_thread() is threading.main_thread()
-    sigterm = signal.getsignal(signal.SIGTERM) if in_main else None
-    try:
-        if address:
-            ray.init(address=address, runtime_env=runtime_env, logging_level="WARNING", log_to_driver=False)
-            return
-        here = local_resources()
-        # address="local": never join a stale cluster that a leftover ray_current_cluster file names.
-        ray.init(address="local", num_cpus=here["CPU"], num_gpus=here["GPU"],
-                 include_dashboard=False, runtime_env=runtime_env, logging_level="WARNING", log_to_driver=False)
-    finally:
-        if callable(sigterm):  # ray.init swaps in its own SIGTERM handler (sys.exit); keep the caller's
-            signal.signal(signal.SIGTERM, sigterm)
-
-
-# Tune lets a searcher keep only one trial pending by default, which serialises trial starts; the user's value wins.
-PENDING = "TUNE_MAX_PENDING_TRIALS_PG"
-USER_PENDING = os.environ.get(PENDING)
-
-
-def allow_pending(slots: int) -> None:
-    """Let Tune keep a trial pending per slot (read by Tune when an experiment starts). Fewer, and a trial shorter
-    than an actor's start never gets an actor of its own: Tune hands it to the first actor that frees up, so a run
-    stayed at as many actors as it had pending trials (measured: 2 of 4 slots with half a CPU per trial)."""
-    os.environ[PENDING] = USER_PENDING or str(max(2, slots))
-
-
-def local_resources() -> dict[str, int]:
-    """What the local Ray `connect` starts holds: this machine's CPUs and GPUs."""
-    import torch
-
-    return {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count()}
-
-
-def trial_slots(spec: ExperimentSpec, address: str | None, per: int = 1) -> int:
-    """How many groups of `per` trials run at once (at least 1), for the Runner and the estimate alike:
-    --max-concurrent when given (the user's word, even beyond the present cluster: an autoscaler adds nodes), else
-    as many as fit the Ray's CPUs and GPUs: a cluster's at its largest (its present size, or what its autoscaler
-    may grow it to), the Ray this process is connected to, or, before a local Ray starts, the one `connect` would
-    start (`local_resources`, so the estimate of a local run starts no Ray)."""
-    res = spec.resources
-    if res.max_concurrent:
-        return max(1, res.max_concurrent // per)
-    if cluster_address(address) or ray.is_initialized():
-        connect(address, runtime_env(spec))
-        total = dict(ray.cluster_resources())
-        for resource, amount in ((autoscaler_ceiling() if cluster_address(address) else None) or {}).items():
-            total[resource] = max(total.get(resource, 0), amount)
-    else:
-        total = local_resources()
-    n = int(total.get("CPU", 0) // res.cpus_per_trial)
-    if res.gpus_per_trial > 0:
-        n = min(n, int(total.get("GPU", 0) // res.gpus_per_trial))
-    return max(1, n // per)
-
-
-ALL = 64  # "every candidate of a (seed, cycle)": more values than any cycle trains
-
-
-def fuse_size(spec: ExperimentSpec, fuse: int) -> int:
-    """Candidates per fused trial: as asked, else all of a (seed, cycle) on GPUs and 1 on CPUs (a CPU step is
-    compute-bound: 8 batched MLPs ran only 1.0-1.1x faster than 8 separate runs here)."""
-    return fuse or (ALL if spec.resources.gpus_per_trial > 0 else 1)
-
-
-def fusable(spec: ExperimentSpec, max_lr: float | None) -> bool:
-    """Whether a training may share a fused trial with others of its (spec, cycle, seed, start): it has a max_lr
-    of its own (SILO derives its own) and is not fp16 (the fused step has no gradient scaler)."""
-    return max_lr is not None and spec.schedule.name != "silo" and spec.precision != "fp16"
-
-
-def trials_run_here(spec: ExperimentSpec, address: str | None) -> bool:
-    """Whether every trial runs on this machine: no cluster named (a local Ray), or the named cluster is one node,
-    this machine's, with no autoscaler to add others (`ray start --head` on one box, or inside a Ray job there).
-    Then the probes of precision and time run here, not in Ray tasks whose new worker processes cost more than
-    they do."""
-    if not cluster_address(address):
-        return True
-    if (address or "").startswith("ray://") or autoscaler_ceiling() is not None:
-        return False
-    connect(address, runtime_env(spec))
-    here = ray.get_runtime_context().get_node_id()
-    return [node["NodeID"] for node in ray.nodes() if node["Alive"]] == [here]
-
-
-def local_trial_device(spec: ExperimentSpec) -> str:
-    """The device a trial on this machine's local Ray gets: a GPU when it asks for one and there is one (Ray
-    hides the GPUs from a trial that asked for none), else the CPU."""
-    import torch
-
-    return "cuda" if spec.resources.gpus_per_trial > 0 and spec.device != "cpu" and torch.cuda.is_available() else "cpu"
-
-
-def probe_precision(spec: ExperimentSpec, address: str | None, env: dict[str, str] | None = None) -> str:
-    """What `precision = "auto"` means for this experiment: asked of a worker that holds one trial's resources,
-    since the driver may run on a head node without the trials' GPU or CPU kind. `env`: extra environment
-    variables for that worker (tests name other CPU flags with it)."""
-    connect(address, runtime_env(spec))
-
-    @ray.remote
-    def native(device: str) -> str:
-        from trainables.cycle import resolve_device
-        from trainables.precision import resolve_precision
-
-        return resolve_precision("auto", resolve_device(device))
-
-    res = spec.resources
-    task = native.options(num_cpus=res.cpus_per_trial, num_gpus=res.gpus_per_trial,
-                          runtime_env={"env_vars": env} if env else None)
-    return ray.get(task.remote(spec.device))
-
-
-def autoscaler_ceiling(path: Path | None = None) -> dict[str, float] | None:
-    """The most resources the autoscaler may grow the cluster to (head plus every worker type at its
-    max_workers), from the config `ray up` leaves on the head; None without one."""
-    path = path or AUTOSCALER_CONFIG
-    if not path.is_file():
-        return None
-    import yaml
-
-    config = yaml.safe_load(path.read_text()) or {}
-    cap, head = config.get("max_workers"), config.get("head_node_type")
-    total: Counter[str] = Counter()
-    for name, node in (config.get("available_node_types") or {}).items():
-        count = 1 if name == head else min(node.get("max_workers", cap or 0), cap if cap is not None else 1 << 30)
-        for resource, amount in (node.get("resources") or {}).items():
-            total[resource] += count * amount
-    return dict(total) or None
-
-
 def last_error_line(trial) -> str:
     """The exception line of a failed Tune trial's latest error."""
     lines = latest_error(trial.error_file).strip().splitlines()
@@ -280,184 +85,6 @@ def checkpoint_uri(checkpoint: tune.Checkpoint, storage: str) -> str:
     return checkpoint.path
 
 
-
-
-class TrialQueue(Searcher):
-    """Feeds Tune the trials the driver asks for, as it asks: one Tune experiment serves a whole driver run,
-    so actors (and the data cached in them) live across cycles instead of restarting with every batch."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.pending: deque[dict] = deque()  # trial configs not yet handed to Tune
-        self.live: set[str] = set()  # Tune trial ids handed out and not yet complete
-        # (time, trials wanted) with decreasing counts: the most trials in flight or queued at once within the
-        # last KEEP_IDLE_S seconds is peaks[0] (a sliding-window maximum)
-        self.peaks: deque[tuple[float, int]] = deque()
-        self.resources = None  # the trials' placement group factory, once one started
-        self.extra = 0  # idle actors kept beyond Tune's own count (see `warm_actors`)
-        self.closed = False
-        self.ready = threading.Condition()
-
-    def put(self, configs: list[dict]) -> None:
-        with self.ready:
-            self.pending.extend(configs)
-            self._note_demand()
-            self.ready.notify_all()
-
-    def close(self, drop: bool = False) -> None:
-        """Hand out no more trials once the queue is empty, or at once with `drop`."""
-        with self.ready:
-            self.closed = True
-            if drop:
-                self.pending.clear()
-            self.ready.notify_all()
-
-    def suggest(self, trial_id: str) -> dict | str | None:
-        with self.ready:
-            if not self.pending and not self.closed and not self.live:
-                # Tune has nothing to run and polls an idle searcher once a second; between two driver batches
-                # that second is pure waiting. Wait here for the next batch instead.
-                self.ready.wait(IDLE_WAIT_S)
-            if self.pending:
-                self.live.add(trial_id)
-                return {"trial": self.pending.popleft()}
-            return Searcher.FINISHED if self.closed else None
-
-    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        with self.ready:
-            self.live.discard(trial_id)
-
-    def _note_demand(self) -> int:
-        """Record the trials wanted now (in flight or queued); return the most wanted within KEEP_IDLE_S."""
-        now, wanted = time.monotonic(), len(self.live) + len(self.pending)
-        while self.peaks and self.peaks[-1][1] <= wanted:
-            self.peaks.pop()
-        self.peaks.append((now, wanted))
-        while now - self.peaks[0][0] > KEEP_IDLE_S:
-            self.peaks.popleft()
-        return self.peaks[0][1]
-
-    def actors_wanted(self) -> int:
-        """How many actors the driver has wanted at once within the last KEEP_IDLE_S seconds (0 once closed)."""
-        with self.ready:
-            return 0 if self.closed else self._note_demand()
-
-    def idle_wanted(self) -> int:
-        """Idle actors worth keeping beyond Tune's own count of staged trials: those the driver wanted within
-        the last KEEP_IDLE_S seconds, less its trials in flight; more are released.
-
-        Released too early, an actor is hard to get back: Tune hands a pending trial to a cached actor the
-        moment one frees up and cancels the new actor it had asked for, so while a trial is shorter than an
-        actor's start (seconds: a worker process importing torch) no new actor ever starts, and a run that
-        shrank to one actor between two batches stayed at one (measured: the main job's later phases ran one
-        trial at a time on 2 CPUs). Kept for a while, they bridge the driver's short gaps; released after it,
-        a cluster can still scale down while a long narrow phase runs."""
-        with self.ready:
-            return 0 if self.closed else max(0, self._note_demand() - len(self.live))
-
-    def save(self, checkpoint_path: str) -> None:  # the ledger, not Tune's experiment state, resumes runs
-        pass
-
-    def restore(self, checkpoint_path: str) -> None:
-        pass
-
-    # Tune pickles its searcher and callbacks for `Tuner.restore`, which we never use (the ledger resumes).
-    def __getstate__(self) -> dict:
-        return {}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__()
-        self.closed = True
-
-
-# The Tune internals `warm_actors` wraps and calls, with the parameters it passes: checked before wrapping, so
-# a Ray whose internals changed runs with plain actor reuse instead of breaking (tests/test_engine.py fails then).
-WARM_HOOK = {("tune.execution.tune_controller", "TuneController", "_cleanup_cached_actors"): ("self", "force_all"),
-             ("tune.utils.object_cache", "_ObjectCache", "increase_max"): ("self", "key", "by")}
-_warm_lock = threading.Lock()
-_warm = {"users": 0, "original": None}
-_warned = False
-
-
-def _queue_of(controller) -> TrialQueue | None:
-    searcher = getattr(controller, "_search_alg", None)
-    while searcher is not None and not isinstance(searcher, TrialQueue):
-        searcher = getattr(searcher, "searcher", None)  # SearchGenerator / ConcurrencyLimiter wrap it
-    return searcher
-
-
-def warm_hook_missing() -> str | None:
-    """Why `warm_actors` cannot wrap this Ray's Tune (a method of `WARM_HOOK` gone or with other parameters), or
-    None when it can."""
-    import importlib
-    import inspect
-
-    for (module, cls, name), params in WARM_HOOK.items():
-        try:
-            method = getattr(getattr(importlib.import_module(f"ray.{module}"), cls), name)
-            found = tuple(inspect.signature(method).parameters)
-        except (ImportError, AttributeError, TypeError, ValueError) as err:
-            return f"ray.{module}.{cls}.{name} is not there ({err})"
-        if found != params:
-            return f"{cls}.{name}({', '.join(found)}) is not ({', '.join(params)})"
-    return None
-
-
-def _keep_idle(controller, queue: TrialQueue, count: int) -> None:
-    cache = controller._actor_cache
-    cache.increase_max(queue.resources, count - queue.extra)
-    queue.extra = count
-
-
-@contextmanager
-def warm_actors() -> Iterator[bool]:
-    """While it lasts, the Tune experiments fed by a `TrialQueue` keep idle trial actors (torch imported, data
-    cached) between the driver's batches; yields whether it could.
-
-    Tune sizes its cache of idle actors by the trials staged at that moment and evicts the rest at every step.
-    Between two cycles nothing is staged for a moment (the next cycle waits for the selection), so Tune kept one
-    actor and the next cycle started cold ones: on a 2-core machine that cost more than the trials. No public
-    option changes this, so one private method, `TuneController._cleanup_cached_actors`, is wrapped: it still
-    runs, with the cache allowed `TrialQueue.idle_wanted()` extra idle actors (the most trials the driver wanted
-    at once within the last KEEP_IDLE_S seconds, less its trials in flight), so idle actors beyond what the
-    driver recently asked for are released and a cluster can scale down while a run drains. Other experiments
-    in the process see the original; the wrapper is removed when the last experiment using it ends. On a Ray
-    whose internals differ (`warm_hook_missing`) it is not applied: plain `reuse_actors`, slower.
-    """
-    global _warned
-    from ray.tune.execution.tune_controller import TuneController
-
-    if (why := warm_hook_missing()) is not None:
-        if not _warned:
-            _warned = True
-            warnings.warn(f"oracle-search: the warm-actor hook does not fit Ray {ray.__version__}: {why}; using "
-                          "plain reuse_actors, so trial actors restart between cycles", RuntimeWarning, stacklevel=3)
-        yield False
-        return
-    with _warm_lock:
-        if _warm["users"] == 0:
-            original = _warm["original"] = TuneController._cleanup_cached_actors
-
-            def cleanup(self, force_all: bool = False):  # the original's parameters (see WARM_HOOK)
-                queue = _queue_of(self)
-                if queue is None or queue.resources is None or not hasattr(self, "_actor_cache"):
-                    return original(self, force_all=force_all)
-                _keep_idle(self, queue, 0 if force_all else queue.idle_wanted())
-                try:
-                    return original(self, force_all=force_all)
-                finally:
-                    # Until the next step, let the cache take every actor that finishes; the step trims it.
-                    _keep_idle(self, queue, 0 if force_all else queue.actors_wanted())
-
-            TuneController._cleanup_cached_actors = cleanup
-        _warm["users"] += 1
-    try:
-        yield True
-    finally:
-        with _warm_lock:
-            _warm["users"] -= 1
-            if _warm["users"] == 0:
-                TuneController._cleanup_cached_actors = _warm["original"]
 
 
 class _Abort(tune.Stopper):

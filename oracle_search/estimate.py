@@ -21,9 +21,9 @@ typical Oracle and baselines' tuning are those counts times the share racing tra
 Trials: with fusion (`--fuse`; by default every candidate of a (seed, cycle) on GPUs) the engine trains up to `fuse`
 max_lr candidates of one (seed, cycle, start) as one fused network in one Tune trial (`engine.Runner._configs`):
 each round of the Oracle's and each schedule's cycle-0 tuning on a seed is ⌈values / fuse⌉ trials. SILO (its own
-max_lr), the final chains (one max_lr per chain and cycle) and fp16 (`engine.fusable`) run one training per trial.
+max_lr), the final chains (one max_lr per chain and cycle) and fp16 (`fusion.fusable`) run one training per trial.
 
-The wall time: typical epochs × seconds per epoch / the slots a phase can fill (`engine.trial_slots`: Ray's CPUs
+The wall time: typical epochs × seconds per epoch / the slots a phase can fill (`cluster.trial_slots`: Ray's CPUs
 and GPUs divided by one trial's, `max_concurrent` respected, the same count the Runner runs by; never more than
 the trials a phase hands out at once). Seconds per epoch (one candidate's) come from `--seconds-per-epoch`, or from
 timing a few steps and one evaluation on a worker with one trial's resources (`probe_seconds_per_epoch`), of a
@@ -162,7 +162,7 @@ def first_round_values(spec: ExperimentSpec, bracket: bool) -> tuple[int, int]:
 
 
 def oracle_phase(spec: ExperimentSpec, seeds: int, refine: int, bracket: bool, fuse: int = 1) -> Phase:
-    """`fuse`: candidates per fused trial (`engine.fuse_size`); each round on a seed is ⌈its values / fuse⌉ trials."""
+    """`fuse`: candidates per fused trial (`fusion.fuse_size`); each round on a seed is ⌈its values / fuse⌉ trials."""
     g, later = first_round_values(spec, bracket)
     cycles = spec.cycles
 
@@ -208,8 +208,8 @@ def baselines_phases(spec: ExperimentSpec, seeds: int, eval_seeds: int, silo_var
 
 def candidates_per_trial(spec: ExperimentSpec, fuse: int) -> int:
     """How many of a (seed, cycle)'s max_lr candidates the engine fuses into one trial for this run's `--fuse`
-    (`engine.fuse_size`), 1 where it fuses none (`engine.fusable`: fp16)."""
-    from oracle_search.engine import fusable, fuse_size
+    (`fusion.fuse_size`), 1 where it fuses none (`fusion.fusable`: fp16)."""
+    from oracle_search.fusion import fusable, fuse_size
 
     return fuse_size(spec, fuse) if fusable(spec, min(spec.grid)) else 1
 
@@ -318,11 +318,11 @@ def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together:
     running side by side slow each other down (shared caches, memory bandwidth, clock speed: 1.27x per training
     for 2 trials on this 2-core machine's main job), so the probe runs as many at once as the run will. On a
     cluster, Ray tasks holding one trial's resources each; where every trial runs on this machine
-    (engine.trials_run_here), threads of this process (a Ray worker's start costs more than the whole probe), at
+    (cluster.trials_run_here), threads of this process (a Ray worker's start costs more than the whole probe), at
     most one per trial's share of this machine's CPUs, and on GPUs each copy on the GPU its trial would get
     (`copy_gpus`). `fuse`: time a fused network of that many candidates (`time_epoch`). The answer is the copies'
     mean, with how many ran (`copies`)."""
-    from oracle_search.engine import local_trial_device, trials_run_here
+    from oracle_search.cluster import local_trial_device, trials_run_here
 
     res, threads = spec.resources, spec.resources.threads
     if trials_run_here(spec, address):
@@ -348,7 +348,7 @@ def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together:
             return _mean(list(pool.map(timed, range(copies))))
     import ray
 
-    from oracle_search.engine import connect
+    from oracle_search.cluster import connect
     from trainables.sources import runtime_env
 
     connect(address, runtime_env(spec))
@@ -384,7 +384,7 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
              seconds_per_epoch: float | None = None) -> Estimate:
     """The plan of `command` and its wall time; `spec.precision` must be resolved already. Nothing is timed when
     `seconds_per_epoch` is given."""
-    from oracle_search.engine import trial_slots
+    from oracle_search.cluster import trial_slots
 
     positive_seconds(seconds_per_epoch)
     n = trial_slots(spec, address)

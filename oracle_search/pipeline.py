@@ -122,8 +122,8 @@ def recorded_spec(out: Path) -> ExperimentSpec | None:
 
 def resolve_run_precision(spec: ExperimentSpec, out: Path, address: str | None) -> ExperimentSpec:
     """The spec with `precision = "auto"` made concrete, once per experiment: a resumed run keeps the precision
-    it recorded; a new one on a cluster asks a worker with one trial's resources (engine.probe_precision), one
-    whose trials run on this machine (engine.trials_run_here) asks the device a local trial gets, in this process.
+    it recorded; a new one on a cluster asks a worker with one trial's resources (cluster.probe_precision), one
+    whose trials run on this machine (cluster.trials_run_here) asks the device a local trial gets, in this process.
     An explicit precision is kept as given; rows record theirs, and trainings of another precision are never
     reused."""
     if spec.precision != "auto":
@@ -133,7 +133,7 @@ def resolve_run_precision(spec: ExperimentSpec, out: Path, address: str | None) 
         return dataclasses.replace(spec, precision=old.precision)
     import torch
 
-    from oracle_search.engine import local_trial_device, probe_precision, trials_run_here
+    from oracle_search.cluster import local_trial_device, probe_precision, trials_run_here
     from trainables.precision import resolve_precision
 
     if not trials_run_here(spec, address):
@@ -171,7 +171,7 @@ def check_inputs(spec: ExperimentSpec, *, address: str | None = None, study_stor
     load_data(spec)
     runtime_env(spec)  # the import paths' modules can be shipped to Ray workers
     res = spec.resources
-    from oracle_search.engine import cluster_address
+    from oracle_search.cluster import cluster_address
 
     if not cluster_address(address):  # inside a Ray job, RAY_ADDRESS names its cluster
         import torch
@@ -201,9 +201,10 @@ def reject_silo_schedule(spec: ExperimentSpec) -> None:
 
 def _runner(spec: ExperimentSpec, out: Path, address: str | None, callbacks: list[str] | None = None,
             fuse: int = 1):
-    """The run's Runner; `fuse`: --fuse as given (engine.fuse_size makes it concrete for the resolved spec)."""
+    """The run's Runner; `fuse`: --fuse as given (fusion.fuse_size makes it concrete for the resolved spec)."""
     from oracle_search.callbacks import logger_callbacks
-    from oracle_search.engine import Runner, fuse_size
+    from oracle_search.engine import Runner
+    from oracle_search.fusion import fuse_size
 
     check_names(spec)  # the Python API's edge: a spec built in code has not resolved its model, data, pruner yet
     spec = resolve_run_precision(spec, out, address)

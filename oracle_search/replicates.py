@@ -89,7 +89,9 @@ def run_replicates(spec: ExperimentSpec, out: Path, options, address: str | None
     started on one replicate's folder meanwhile stops at once."""
     from oracle_search import estimate, pipeline
     from oracle_search.callbacks import logger_callbacks
-    from oracle_search.engine import Engine, Runner, connect, fuse_size
+    from oracle_search.engine import Engine, Runner
+    from oracle_search.cluster import connect
+    from oracle_search.fusion import fuse_size
     from oracle_search.lock import holding
     from oracle_search.progress import Progress
     from trainables.plugins import check_names

@@ -166,10 +166,10 @@ def test_batches_reuse_the_same_worker_processes_and_idle_ones_beyond_the_batch_
                                                                                             monkeypatch):
     from ray.tune.execution.tune_controller import TuneController
 
-    from oracle_search import engine
+    from oracle_search import searcher
 
     # Idle actors are kept 2 s after the driver last wanted them (60 s by default), so the test sees a release.
-    monkeypatch.setattr(engine, "KEEP_IDLE_S", 2.0)
+    monkeypatch.setattr(searcher, "KEEP_IDLE_S", 2.0)
     private = {name: getattr(TuneController, name) for name in
                ("_cleanup_cached_actors", "_maybe_cache_trial_actor", "_update_trial_queue")}
     log = tmp_path / "pids"
@@ -184,7 +184,7 @@ def test_batches_reuse_the_same_worker_processes_and_idle_ones_beyond_the_batch_
         assert len(first) == 2 and second == first  # the second batch ran in the first batch's actors
         # Batches of one, past the window: Tune trims its cache at each step, and it steps while trials run.
         started, n = time.monotonic(), 0
-        while time.monotonic() - started < 2 * engine.KEEP_IDLE_S:
+        while time.monotonic() - started < 2 * searcher.KEEP_IDLE_S:
             r.run([trial(f"e{n}", seed=2 + n)])
             n += 1
         (kept,) = pids(log, {f"e{n - 1}"})
@@ -216,11 +216,11 @@ def test_the_warm_actor_hook_applies_on_the_installed_ray():
     the original again. Fails on a Ray whose internals moved, before anyone loses the speed-up silently."""
     from ray.tune.execution.tune_controller import TuneController
 
-    from oracle_search import engine
+    from oracle_search import warm
 
-    assert engine.warm_hook_missing() is None
+    assert warm.warm_hook_missing() is None
     original = TuneController._cleanup_cached_actors
-    with engine.warm_actors() as applied:
+    with warm.warm_actors() as applied:
         assert applied and TuneController._cleanup_cached_actors is not original
     assert TuneController._cleanup_cached_actors is original
 
@@ -229,14 +229,14 @@ def test_the_warm_actor_hook_applies_on_the_installed_ray():
 def test_on_an_untested_ray_trials_run_with_plain_actor_reuse_and_one_warning(ray_local, tmp_path, monkeypatch):
     from ray.tune.execution.tune_controller import TuneController
 
-    from oracle_search import engine
+    from oracle_search import warm
 
     original = TuneController._cleanup_cached_actors
     # a Ray whose private method takes other parameters than the ones the hook passes
     hook = {key: ("self", "force") if key[2] == "_cleanup_cached_actors" else params
-            for key, params in engine.WARM_HOOK.items()}
-    monkeypatch.setattr(engine, "WARM_HOOK", hook)
-    monkeypatch.setattr(engine, "_warned", False)
+            for key, params in warm.WARM_HOOK.items()}
+    monkeypatch.setattr(warm, "WARM_HOOK", hook)
+    monkeypatch.setattr(warm, "_warned", False)
     with pytest.warns(RuntimeWarning, match=r"does not fit Ray .*_cleanup_cached_actors\(self, force_all\) is not "
                                             r"\(self, force\)") as caught:
         with runner(tmp_path) as r:
@@ -364,7 +364,7 @@ available_node_types:
 
 @pytest.mark.slow
 def test_slots_count_what_the_cluster_may_grow_to_not_its_present_size(make_cluster, tmp_path, monkeypatch):
-    from oracle_search import engine
+    from oracle_search import cluster as where
 
     cluster = make_cluster(0)  # a fresh cluster.yaml cluster: a head with no CPUs and no workers yet
 
@@ -372,16 +372,16 @@ def test_slots_count_what_the_cluster_may_grow_to_not_its_present_size(make_clus
         spec = dataclasses.replace(TINY, resources=Resources(**resources))
         return Runner(out=tmp_path / "out", spec=spec, experiment="slots", address=cluster.address).slots(per)
 
-    monkeypatch.setattr(engine, "AUTOSCALER_CONFIG", tmp_path / "none.yaml")
+    monkeypatch.setattr(where, "AUTOSCALER_CONFIG", tmp_path / "none.yaml")
     assert slots() == 1
     assert slots(max_concurrent=6) == 6 and slots(2, max_concurrent=6) == 3  # --max-concurrent raises it
-    monkeypatch.setattr(engine, "AUTOSCALER_CONFIG", bootstrap_config(tmp_path / "boot.yaml", 4, 3))
+    monkeypatch.setattr(where, "AUTOSCALER_CONFIG", bootstrap_config(tmp_path / "boot.yaml", 4, 3))
     assert slots() == 12 and slots(cpus_per_trial=2) == 6 and slots(gpus_per_trial=0.5) == 6
     cluster.add_node(num_cpus=8)
     cluster.add_node(num_cpus=8)
     cluster.wait_for_nodes()
     assert slots() == 16  # now larger than the autoscaler's ceiling: the present size counts
-    monkeypatch.setattr(engine, "AUTOSCALER_CONFIG", tmp_path / "none.yaml")
+    monkeypatch.setattr(where, "AUTOSCALER_CONFIG", tmp_path / "none.yaml")
     assert slots(cpus_per_trial=4) == 4
 
 
@@ -406,15 +406,15 @@ def test_a_corrupt_start_checkpoint_fails_the_batch_before_ray_is_contacted(tmp_
 def test_trials_run_here_on_a_local_ray_or_a_cluster_of_this_machine_alone(ray_local, tmp_path, monkeypatch):
     """Where every trial runs on this machine, the probes run in this process: no cluster named, or a one-node
     cluster on this machine. Not through Ray Client, and not where an autoscaler may add nodes."""
-    from oracle_search import engine
+    from oracle_search import cluster
 
-    assert engine.trials_run_here(TINY, None) and engine.trials_run_here(TINY, ray_local)
-    assert not engine.trials_run_here(TINY, "ray://10.0.0.1:10001")
+    assert cluster.trials_run_here(TINY, None) and cluster.trials_run_here(TINY, ray_local)
+    assert not cluster.trials_run_here(TINY, "ray://10.0.0.1:10001")
     config = tmp_path / "ray_bootstrap_config.yaml"
     config.write_text("max_workers: 2\nhead_node_type: head\navailable_node_types:\n"
                       "  head: {resources: {CPU: 2}, max_workers: 0}\n  gpu: {resources: {CPU: 8, GPU: 1}}\n")
-    monkeypatch.setattr(engine, "AUTOSCALER_CONFIG", config)
-    assert not engine.trials_run_here(TINY, ray_local)
+    monkeypatch.setattr(cluster, "AUTOSCALER_CONFIG", config)
+    assert not cluster.trials_run_here(TINY, ray_local)
 
 
 @pytest.mark.slow

@@ -15,7 +15,8 @@ import pytest
 from analysis.report import estimate_note
 from oracle_search import estimate
 from oracle_search.cli import main
-from oracle_search.engine import Runner, trial_slots
+from oracle_search.engine import Runner
+from oracle_search.cluster import trial_slots
 from oracle_search.estimate import ESTIMATE_FILE
 from oracle_search.oracle import run_oracle
 from oracle_search.pipeline import CompareOptions, FitOptions, OracleOptions
@@ -287,7 +288,7 @@ def test_local_timing_copies_run_on_the_gpus_their_trials_would_get(copies, per_
 
 
 def test_the_estimate_and_the_runner_count_slots_with_one_function(tmp_path):
-    """--max-concurrent, in groups of `per`: the same answer from the Runner and the estimate (engine.trial_slots)."""
+    """--max-concurrent, in groups of `per`: the same answer from the Runner and the estimate (cluster.trial_slots)."""
     spec = dataclasses.replace(SPEC, resources=Resources(max_concurrent=6))
     runner = Runner(out=tmp_path / "out", spec=spec, experiment="slots")
     assert runner.slots() == trial_slots(spec, None) == 6 and runner.slots(4) == trial_slots(spec, None, 4) == 1

@@ -130,14 +130,15 @@ def test_a_score_function_taking_seed_gets_the_trial_seed(user_module):
 ])
 def test_bad_import_paths_exit_2_naming_the_field_before_ray_starts(capsys, tmp_path, monkeypatch, user_module,
                                                                     field, value, says):
-    from oracle_search import engine
+    from oracle_search import cluster, engine
 
     def tripwire(*args, **kwargs):
         raise AssertionError("the command reached Ray before refusing its input")
 
     # Ray may already be up for other tests, so whether it is connected says nothing: the one way a run reaches
-    # Ray (engine.connect, which starts or joins it) must not be taken.
+    # Ray (cluster.connect, which starts or joins it) must not be taken.
     monkeypatch.setattr(engine, "connect", tripwire)
+    monkeypatch.setattr(cluster, "connect", tripwire)
     capsys.readouterr()  # Ray's late worker-log lines are not this command's output
     out = tmp_path / "out"
     code = main(["oracle", "--preset", "tiny", f"--{field}", value.format(user=user_module), "--out", str(out)])

@@ -191,7 +191,7 @@ def test_fp16_is_refused_in_the_fused_path_before_training():
 
 @pytest.mark.slow  # a Ray task in a worker of its own environment: seconds
 def test_the_probe_asks_the_worker_not_the_driver(ray_local):
-    from oracle_search.engine import probe_precision
+    from oracle_search.cluster import probe_precision
 
     spec = dataclasses.replace(PRESETS["tiny"].spec, device="cpu")
     # The worker is told it is an AVX2-only CPU; the driver's own flags (whatever they are) must not matter.

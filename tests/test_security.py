@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from oracle_search.cli import main
-from oracle_search.engine import connect
+from oracle_search.cluster import connect
 from oracle_search.security import redact
 
 @pytest.mark.parametrize("url, expected", [

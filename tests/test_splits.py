@@ -247,12 +247,13 @@ def _spec_with(option: str, value: str) -> ExperimentSpec:
 
 @pytest.mark.parametrize("option, value, says", BAD, ids=[v.split(":")[1] for _, v, _ in BAD])
 def test_bad_input_exits_2_with_one_line_before_a_run(option, value, says, tmp_path, monkeypatch, capsys):
-    from oracle_search import engine
+    from oracle_search import cluster, engine
 
     def tripwire(*args, **kwargs):
         raise AssertionError("the command reached Ray before refusing its input")
 
     monkeypatch.setattr(engine, "connect", tripwire)
+    monkeypatch.setattr(cluster, "connect", tripwire)
     capsys.readouterr()
     out = tmp_path / "out"
     spec = _spec_with(option, value)

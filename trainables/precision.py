@@ -2,7 +2,7 @@
 
 `auto` resolves to what the device computes fast, because emulated bf16 is no bargain: on a CPU without
 avx512_bf16 or AMX, bf16 autocast made the §3.1 MLP's training 8.1x slower than float32 (docs/design.md). The
-pipeline resolves `auto` once per experiment on a worker with a trial's resources (`engine.probe_precision`) and
+pipeline resolves `auto` once per experiment on a worker with a trial's resources (`cluster.probe_precision`) and
 records the answer in the spec, so every row of a run says which arithmetic made it."""
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # resolved by trainables.precision
 
 
-# Bumped whenever a spec field starts to mean different arithmetic. A run's ledger records it (engine.Ledger) and
+# Bumped whenever a spec field starts to mean different arithmetic. A run's ledger records it (ledger.Ledger) and
 # a study's name holds it (fitter.fingerprint), so no resumed run reuses a training made under the old meaning.
 # 2: `amp` autocasts on CPU too (before, on CUDA only).
 NUMERICS = 2
