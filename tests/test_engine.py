@@ -18,7 +18,8 @@ from ray import cloudpickle, tune
 
 from trainables import atomic
 from conftest import flip_middle_byte
-from oracle_search.engine import Ledger, Progress, RunFailed, Runner, Training
+from oracle_search.engine import Progress, RunFailed, Runner, Training
+from oracle_search.ledger import Ledger
 from trainables.presets import PRESETS
 from trainables.spec import NUMERICS, Resources, SpecError
 from trainables.tune_adapter import cycle_trainable
@@ -342,7 +343,7 @@ def test_a_result_is_a_row_only_with_val_acc_or_fused_rows_and_a_checkpoint():
 def test_without_address_connect_joins_the_cluster_named_by_ray_address(two_nodes, monkeypatch):
     import ray
 
-    from oracle_search.engine import connect
+    from oracle_search.cluster import connect
 
     assert not ray.is_initialized()  # the fixture left this process unconnected
     monkeypatch.setenv("RAY_ADDRESS", two_nodes.address)  # what Ray sets inside every job
@@ -419,7 +420,7 @@ def test_trials_run_here_on_a_local_ray_or_a_cluster_of_this_machine_alone(ray_l
 
 @pytest.mark.slow
 def test_trials_do_not_run_here_on_a_cluster_of_several_nodes(two_nodes):
-    from oracle_search.engine import trials_run_here
+    from oracle_search.cluster import trials_run_here
 
     assert not trials_run_here(TINY, two_nodes.address)
 
