@@ -81,7 +81,8 @@ class Replay:
                 f"{self.members[0]} of {self.members[1]}, {self.members[2]} value(s) left with fewer seeds in the "
                 f"run's lenient set; {len(self.differences)} differing \"inside\" flag(s) listed in report.md; "
                 f"{self.undefined} comparison(s) undefined where the run's were defined, {self.flips} flipped "
-                f"between better and worse")
+                f"between better and worse; {int(self.cycles['unanswered'].sum())} training(s) asked for that the "
+                f"run's table cannot answer (not counted above)")
 
     def last_line(self) -> str:
         used, of = int(self.cycles["trainings_racing"].sum()), int(self.cycles["trainings_exhaustive"].sum())

@@ -334,13 +334,3 @@ def test_completion_targets_reach_a_max_lr_beyond_where_the_walk_stopped():
     assert completion_targets(rows, grid) == {1: [0.1]} == completion_targets(rows, grid, use_bracket=False)
     far = results_frame(oracle(cycles) + final("silo_paper", {0: 0.4, 1: 0.06}))
     assert completion_targets(far, grid) == {} and completion_targets(far, grid, use_bracket=False) == {1: [0.05]}
-
-
-def test_completion_targets_resolve_a_gap_at_the_lenient_sets_edge_too():
-    """SILO (paper) at 1.2 lies between 0.8 and 1.6, both outside the paper interval (1 and 6 points behind b =
-    0.4); 0.8 is noisy (d = [0, 1, 2]: "not shown worse"), 1.6 is not. The paper interval alone asks for nothing;
-    the lenient set's edge lies in the gap, so its midpoint √(0.8·1.6) is asked for."""
-    cycles = {0: (0.4, {0.4: [81, 82, 83]}),
-              1: (0.4, {0.4: [82, 83, 84], 0.8: [82, 82, 82], 1.6: [76, 77, 78]})}
-    rows = results_frame(oracle(cycles) + final("silo_paper", {0: 0.4, 1: 1.2}))
-    assert completion_targets(rows) == {1: [1.13137]}
