@@ -70,9 +70,9 @@ RACING_NOTE = (
     "the exhaustive Oracle's on the values trained. Once b was decided, every dropped value inside the \"not shown "
     "worse\" set's span or next to its edges was completed, so the three sets are exact on the values trained; "
     "their edges are resolved more coarsely than an exhaustive Oracle's (the paper interval's edges once, the "
-    "others only to the values the walk and the completions reached: \"edge resolution\" below), except next to "
-    "a compared schedule's max_lr, which was resolved to 5 % before the verdict. \"What racing changed\" lists "
-    "each value left with fewer seeds and each value the walk never trained.")
+    "others only to the values the walk and the completions reached: \"edge resolution\" below); next to a "
+    "compared schedule's max_lr the paper interval was resolved to 5 % before the verdict. \"What racing changed\" "
+    "lists each value left with fewer seeds and each value the walk never trained.")
 
 
 def _regret_section(df: pd.DataFrame, r: Regret) -> Section:

@@ -34,7 +34,7 @@ decided, every value it dropped that lies inside the lenient set's span or next 
 (`Race.frontier`). The paper's interval and "shown within 0.5" lie inside the lenient set, so all three sets are
 then the exhaustive Oracle's on the values trained, up to that α and assuming, as the walk does, that the lenient
 set is contiguous. Their edges are refined less finely than the exhaustive Oracle refines them (docs/design.md
-"Racing"); the completions before the verdict resolve them next to each compared schedule's max_lr.
+"Racing"); the completions before the verdict resolve the paper interval's next to each compared max_lr.
 
 **The walk** (`Race.start` with a centre): a race may start on the centre and its two neighbours among its values
 and step out one value at a time: after each look, while the lowest (highest) candidate has been trained and is not
