@@ -177,10 +177,13 @@ def racing_table(df: pd.DataFrame, raced: dict[int, dict] | None) -> Table | Non
     if raced is None:
         return None
     records = []
+    rows = oracle_trials(df)
     for cycle, summary in sorted(raced.items()):
+        complete = set(Curve.from_rows(rows[rows["cycle"] == cycle]).complete)  # after the verdict's completions
         for d in summary["dropped"]:
-            records.append({"cycle": cycle, "max_lr": d["max_lr"],
-                            "change": "diverged" if d.get("why") == "diverged" else "dropped",
+            change = ("diverged" if d.get("why") == "diverged" else
+                      "dropped, completed for the verdict" if lr_key(d["max_lr"]) in complete else "dropped")
+            records.append({"cycle": cycle, "max_lr": d["max_lr"], "change": change,
                             "seeds": d["seeds"], "gap": d.get("gap"), "look": d.get("look"), "leader": d.get("leader")})
         records += [{"cycle": cycle, "max_lr": v, "change": "not trained", "seeds": 0} for v in summary["not_trained"]]
         records += [{"cycle": cycle, "max_lr": v, "change": "completed for the sets", "seeds": pd.NA}
@@ -200,7 +203,9 @@ def racing_table(df: pd.DataFrame, raced: dict[int, dict] | None) -> Table | Non
     counts = data["change"].value_counts()
     verdict = (f"Racing left {counts.get('dropped', 0)} value(s) with fewer than all seeds, dropped "
                f"{counts.get('diverged', 0)} on a divergence, never trained {counts.get('not trained', 0)} beyond "
-               f"them, and completed {counts.get('completed for the sets', 0)} so that the sets stay exact.")
+               f"them, and completed {counts.get('completed for the sets', 0)} so that the sets stay exact"
+               + (f" and {counts['dropped, completed for the verdict']} dropped one(s) for the verdict"
+                  if "dropped, completed for the verdict" in counts else "") + ".")
     return Table("racing", "What racing changed", cells, data, verdict)
 
 

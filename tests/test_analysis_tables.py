@@ -330,7 +330,8 @@ def test_values_table_of_a_racing_run_gives_n_and_status_and_never_says_every_se
     verdict counts them apart, and the racing table lists both with the drop's gap and look."""
     rows = [r for r in oracle_rows() if not (r["cycle"] == 1 and r["max_lr"] == 0.4 and r["seed"] > 0)]
     raced = {0: {"dropped": [], "not_trained": [], "completed_for_sets": []},
-             1: {"dropped": [{"max_lr": 0.4, "seeds": 1, "gap": 2.5, "look": 1, "leader": 0.2, "why": "..."}],
+             1: {"dropped": [{"max_lr": 0.1, "seeds": 1, "gap": 2.0, "look": 1, "leader": 0.2, "why": "..."},
+                             {"max_lr": 0.4, "seeds": 1, "gap": 2.5, "look": 1, "leader": 0.2, "why": "..."}],
                  "not_trained": [0.8], "completed_for_sets": [0.05]}}
     table = values_table(results_frame(rows), raced=raced)
     data = table.data.set_index(["cycle", "max_lr"])
@@ -339,9 +340,12 @@ def test_values_table_of_a_racing_run_gives_n_and_status_and_never_says_every_se
     assert data.loc[(1, 0.2), ["n", "status"]].tolist() == [3, "complete"]
     assert table.verdict.startswith("8 (cycle, max_lr) values trained by all 3 seeds; 1 dropped, 1 not trained (n says")
     racing = racing_table(results_frame(rows), raced)
+    # 0.1 was dropped in the race, then completed before the verdict (the rows hold all 3 seeds): said so
     assert racing.data[["cycle", "max_lr", "change", "seeds"]].values.tolist() == [
-        [1, 0.4, "dropped", 1], [1, 0.8, "not trained", 0], [1, 0.05, "completed for the sets", pd.NA]]
-    assert racing.cells.iloc[0].tolist() == ["80", "0.4", "dropped", "1", "2.50", "1", "0.2"]
+        [1, 0.1, "dropped, completed for the verdict", 1], [1, 0.4, "dropped", 1], [1, 0.8, "not trained", 0],
+        [1, 0.05, "completed for the sets", pd.NA]]
+    assert racing.cells.iloc[1].tolist() == ["80", "0.4", "dropped", "1", "2.50", "1", "0.2"]
+    assert racing.verdict.endswith("so that the sets stay exact and 1 dropped one(s) for the verdict.")
     assert racing.verdict.startswith("Racing left 1 value(s) with fewer than all seeds, dropped 0 on a divergence")
     assert racing_table(results_frame(rows), None) is None  # an exhaustive run: no racing table
 
