@@ -8,7 +8,8 @@ from __future__ import annotations
 import pandas as pd
 
 from oracle_search.engine import Runner
-from oracle_search.trials import Streaming, chain_suffix, cycle_trial, grid_key, peak_name, silo_spec, silo_tags
+from oracle_search.trials import (Streaming, chain_suffix, cycle_trial, grid_key, peak_name, silo_spec, silo_tags,
+                                  tune_trial)
 from oracle_search.schema import BASELINES, Method, Stage
 from oracle_search.curve import Curve
 from oracle_search.racing import Pool, pool_of, run_races, tuning_race
