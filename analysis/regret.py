@@ -103,8 +103,8 @@ def completion_targets(df: pd.DataFrame, grid: list[float] | None = None, use_br
       grid values within the bracket of the previous b, `selection.bracket`; else the whole grid);
     - where it lies between a member and a non-member of the paper interval further apart than `resolution`,
       their geometric midpoint, so that decision is resolved as finely as an exhaustive Oracle's. The lenient and
-      strict sets' gaps are not resolved here: on the default that cost 44 more trainings per run (81 completions
-      against 37, measured) for no "inside" flag that differed from exhaustive search in replay.
+      strict sets' gaps are not resolved here: on the default that cost 45 more trainings per run (81 completions
+      against 36, measured) for no "inside" flag that differed from exhaustive search in replay.
     A value that diverged on a seed is left alone: the interpolation is undefined across it anyway."""
     curves = oracle_curves(df)
     out: dict[int, set[float]] = {}
