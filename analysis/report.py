@@ -313,9 +313,19 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE, rows: pd.DataFr
                 written[f"tables/{t.name}.{ext}"] = atomic_write_bytes(out_dir / "tables" / f"{t.name}.{ext}", text)
         for p in s.plots:
             written[f"figures/{p.name}.png"] = atomic_write_bytes(out_dir / "figures" / f"{p.name}.png", p.png)
-    written["report.md"] = atomic_write_bytes(out_dir / "report.md", markdown_page(title, spec, sections))
-    written["report.html"] = atomic_write_bytes(out_dir / "report.html", html_page(title, spec, sections))
+    shown = _with_options(spec, out_dir)
+    written["report.md"] = atomic_write_bytes(out_dir / "report.md", markdown_page(title, shown, sections))
+    written["report.html"] = atomic_write_bytes(out_dir / "report.html", html_page(title, shown, sections))
     return written
+
+
+def _with_options(spec: dict | None, out_dir: Path) -> dict | None:
+    """The settings shown: the spec, and the Oracle's options where the run recorded them (options.json: mode,
+    seeds, refinement rounds, bracket, fuse), as `options.oracle.*`."""
+    path = out_dir / "options.json"
+    if spec is None or not path.exists():
+        return spec
+    return spec | {"options": json.loads(path.read_text())}
 
 
 def estimate_note(out: Path) -> str | None:

@@ -455,3 +455,16 @@ def test_the_report_flags_an_unbracketed_delta_and_says_a_bracketed_ones_neighbo
     assert "not bracketed" not in note and "within ×1.25" in note
     (tmp_path / "silo_paper.json").write_text(json.dumps(record | {"delta": None}))
     assert "every δ tried diverged" in _silo_paper_note(tmp_path)
+
+
+def test_the_settings_show_the_oracles_options_where_the_run_recorded_them(tmp_path):
+    """options.json (written by `oracle` and `compare`) joins the Settings table as options.oracle.*; a folder
+    without it shows the spec alone."""
+    out = tmp_path / "run"
+    report_of(out, realistic())
+    assert "options.oracle" not in (out / "report.md").read_text()
+    (out / "options.json").write_text(json.dumps({"oracle": {"seeds": 3, "refine": 3, "bracket": False, "fuse": 0,
+                                                             "mode": "racing"}}))
+    report_of(out, None)
+    settings = (out / "report.md").read_text().split("## Settings")[1]
+    assert "options.oracle.mode" in settings and "racing" in settings and "options.oracle.bracket" in settings
