@@ -121,8 +121,9 @@ def completion_targets(df: pd.DataFrame, grid: list[float] | None = None, use_br
             want.update(v for v in near if v not in complete and not cycle.diverged.loc[v].any())
             if key not in tried and not (below and above):
                 reach = _bracket_of(grid, curves, m) if use_bracket else grid
-                want.update([g for g in reach if g <= key and not below][-1:]
-                            + [g for g in reach if g >= key and not above][:1])
+                low = [] if below else [g for g in reach if g <= key][-1:]
+                high = [] if above else [g for g in reach if g >= key][:1]
+                want.update(low + high)
             choice = choose(cycle)
             if key in tried or not (below and above) or choice is None:
                 continue

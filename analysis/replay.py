@@ -193,7 +193,6 @@ def run_options(run: Path, refine: int | None = None, use_bracket: bool | None =
 
 SETS = {"paper": ("lo", "hi", "inside"), "lenient": ("noise_lo", "noise_hi", "noise_inside"),
         "strict": ("strict_lo", "strict_hi", "within")}  # the report's three sets: edges and "inside" flag columns
-SET_COLUMNS = [f"{name}_{edge}_{plan}" for name in SETS for plan in ("exhaustive", "racing") for edge in ("lo", "hi")]
 DIFFERENCE_COLUMNS = ["cycle", "schedule", "set", "max_lr", "exhaustive", "racing", "exhaustive_set", "racing_set"]
 
 
@@ -202,7 +201,7 @@ def compare_sets(theirs: pd.DataFrame, mine: pd.DataFrame) -> tuple[pd.DataFrame
     the replay's (`mine`), how many of the 6 edges are equal, and each compared schedule's three "inside" flags:
     how many are equal of those either plan defines. Also every differing flag, one row each."""
     theirs, mine = theirs.set_index("cycle"), mine.set_index("cycle")
-    flags = [c for c in theirs if c.startswith("silo_") and c.endswith(tuple(f"_{f}" for *_, f in SETS.values()))]
+    methods = sorted(c.removesuffix("_max_lr") for c in theirs if c.startswith("silo_") and c.endswith("_max_lr"))
     records, differ = [], []
     for m in theirs.index:
         record = {"cycle": int(m), "edges_equal": 0, "flags_equal": 0, "flags": 0}
@@ -211,8 +210,7 @@ def compare_sets(theirs: pd.DataFrame, mine: pd.DataFrame) -> tuple[pd.DataFrame
                 a, b = theirs.at[m, column], mine.at[m, column] if m in mine.index else math.nan
                 record[f"{name}_{edge}_exhaustive"], record[f"{name}_{edge}_racing"] = a, b
                 record["edges_equal"] += bool(not pd.isna(b) and lr_key(a) == lr_key(b))
-            for method in sorted({c.split(f"_{flag}")[0] for c in flags if c.endswith(f"_{flag}")
-                                  and c.removesuffix(f"_{flag}") + "_max_lr" in theirs}):
+            for method in methods:
                 column = f"{method}_{flag}"
                 a = theirs.at[m, column]
                 b = mine.at[m, column] if m in mine.index and column in mine else pd.NA
@@ -237,13 +235,14 @@ def memberships(theirs: pd.DataFrame, mine: pd.DataFrame) -> tuple[int, int, int
     sets are exact on the values racing trained when the two agree. `lost`: values racing left with fewer seeds
     that RUN's "not shown worse" set holds."""
     equal = compared = lost = 0
+    run = oracle_trials(theirs)
     for m, at in oracle_trials(mine).groupby("cycle"):
-        ours = choose(Curve.from_rows(at))
-        full = choose(Curve.from_rows(oracle_trials(theirs).query("cycle == @m")))
+        curve = Curve.from_rows(at)
+        ours, full = choose(curve), choose(Curve.from_rows(run[run["cycle"] == m]))
         if ours is None or full is None:
             continue
         member = {field: dict(zip(full.values, getattr(full, field))) for field in ("inside", "noise_inside", "within")}
-        complete = set(Curve.from_rows(at).complete)
+        complete = set(curve.complete)
         lost += sum(bool(member["noise_inside"].get(v)) for v in ours.values if v not in complete)
         for field in member:
             for v, flag in zip(ours.values, getattr(ours, field)):

@@ -53,7 +53,6 @@ from typing import Callable, Hashable, Iterable, Protocol
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from oracle_search.curve import Curve, best_of, lr_key
 from oracle_search.selection import TOLERANCE, choose, next_values
@@ -179,7 +178,11 @@ class Race:
     def needed(self) -> list[Pair]:
         """The next round: each candidate still in the race gets its next seed; a value completed for the sets
         (`kept`) gets every seed it lacks at once, as nothing can drop it."""
-        return [(v, s) for v in self.alive for s in (self._next_seeds(v) if v in self.kept else self._next_seeds(v)[:1])]
+        out = []
+        for v in self.alive:
+            seeds = self._next_seeds(v)
+            out += [(v, s) for s in (seeds if v in self.kept else seeds[:1])]
+        return out
 
     def ahead(self, n: int, started: Iterable[Pair] = ()) -> list[Pair]:
         """Up to `n` trainings beyond the round that nobody started, most likely needed next: the leader's next
@@ -314,8 +317,7 @@ class Race:
         rng = np.random.default_rng(0)
         future = d.mean() + sd * math.sqrt(1 + 1 / len(d)) * rng.standard_t(df, (PREDICTIVE_DRAWS, missing))
         full = np.concatenate([np.broadcast_to(d, (PREDICTIVE_DRAWS, len(d))), future], axis=1)
-        n = full.shape[1]
-        lower = full.mean(axis=1) - stats.t.ppf(ONE_SIDED, n - 1) * full.std(axis=1, ddof=1) / math.sqrt(n)
+        lower = full.mean(axis=1) - half_width(full.std(axis=1, ddof=1), full.shape[1], ONE_SIDED, "one")
         return float(np.mean(lower <= self.settings.tolerance)) > self.settings.alpha
 
     def noisiest(self, lead: float) -> float:
@@ -339,8 +341,7 @@ class Race:
         """What the race changed, for racing.json and the report: each value still dropped (its seeds, its gap to the
         leader and the look it was dropped at, or that it diverged), the walk's values never trained, and the values
         completed for the sets."""
-        dropped = [{"max_lr": v, **self.drops.get(v, {"seeds": len(self.seeds_of(v)), "gap": None, "look": 0}),
-                    "why": why} for v, why in sorted(self.dropped.items())]
+        dropped = [{"max_lr": v, **self.drops[v], "why": why} for v, why in sorted(self.dropped.items())]
         return {"dropped": dropped, "not_trained": list(self.walk), "completed_for_sets": sorted(self.kept)}
 
     def curve(self) -> Curve:
