@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -132,6 +133,20 @@ def completion_targets(df: pd.DataFrame, grid: list[float] | None = None, use_br
             if members.get(lo) != members.get(hi) and hi / lo - 1 > resolution:
                 want.add(lr_key(math.sqrt(lo * hi)))
     return {m: sorted(values) for m, values in sorted(out.items()) if values}
+
+
+COMPLETION_PASSES = 3  # constant_best may move as values complete: complete again, at most this often
+
+
+def complete_for_verdict(rows: Callable[[], pd.DataFrame], train: Callable[[dict[int, list[float]]], int],
+                         grid: list[float], use_bracket: bool) -> None:
+    """The completion before a racing run's verdict (a racing `compare`, and `replay` of one): `train` the missing
+    seeds of `completion_targets` on the current `rows()` (it returns how many it trained), and again, until a pass
+    trains nothing."""
+    for _ in range(COMPLETION_PASSES):
+        targets = completion_targets(rows(), grid, use_bracket)
+        if not targets or not train(targets):
+            return
 
 
 def _bracket_of(grid: list[float], curves: Curves, m: int) -> list[float]:

@@ -19,12 +19,10 @@ RUN's chained rows complete RUN's b on every seed, so where racing's b differs (
 replay's report, which takes b among complete values, may still show RUN's.
 With `slots`, the simulated wall time of both plans on that many slots, from each row's measured seconds: the
 exhaustive driver's batches, each waiting for its slowest training, and the racing driver's stream, which tops up
-a slot as soon as it frees (`Clock`); the racing plan's speculative trainings are counted.
+a slot as soon as it frees (`simulate.Clock`); the racing plan's speculative trainings are counted.
 """
 from __future__ import annotations
 
-import heapq
-import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -33,13 +31,13 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.intervals import oracle_intervals
-from analysis.regret import analyse, chain_seeds, completion_targets
+from analysis.regret import analyse, chain_seeds, complete_for_verdict
 from analysis.select import oracle_trials
 from oracle_search.curve import lr_key
-from oracle_search.racing import (RACING_REFINE, Pair, Pool, carry, oracle_race, pool_of, refinement, run_race,
-                                  tuning_race, write_racing)
+from oracle_search.racing import OracleSearch, Pool, carry, pool_of, run_race, tuning_race, write_racing
+from oracle_search.simulate import Clock
 from oracle_search.schema import BASELINES, Method, Stage, read_results, results_frame
-from oracle_search.selection import Curve, bracket, choose, in_set, next_values
+from oracle_search.selection import Curve, choose, in_set
 from trainables.atomic import atomic_write_bytes
 
 REPLAY_COLUMNS = ["cycle", "exhaustive_b", "racing_b", "trainings_exhaustive", "trainings_racing", "unanswered"]
@@ -62,6 +60,7 @@ class Replay:
     flips: int  # comparisons labelled better by one plan and worse by the other
     raced: dict  # per cycle, what racing changed (`Race.summary`): the replay's racing.json
     members: tuple[int, int, int]  # set memberships of the values racing completed equal to RUN's, of those compared
+    planned: int  # cycles where the exhaustive plan with RUN's options asks for exactly RUN's Oracle trainings
 
     def tuning_line(self) -> str:
         used, of = int(self.tuning["trainings_racing"].sum()), int(self.tuning["trainings_exhaustive"].sum())
@@ -73,6 +72,10 @@ class Replay:
         return (f"replay: the run's curves are unimodal (the walk's assumption) at {self.unimodal} of "
                 f"{len(self.cycles)} Oracle cycles and {int(self.tuning['unimodal'].sum())} of {len(self.tuning)} "
                 f"tuning curves")
+
+    def plan_line(self) -> str:
+        return (f"replay: the exhaustive plan with the run's options asks for exactly the run's Oracle trainings at "
+                f"{self.planned} of {len(self.cycles)} cycles")
 
     def sets_line(self) -> str:
         edges = int(self.cycles["edges_equal"].sum())
@@ -104,55 +107,6 @@ def makespan(batches: list[list[float]], slots: int) -> tuple[float, float]:
         wall += max(free) if batch else 0.0
         busy += sum(batch)
     return wall, busy / (slots * wall) if wall else math.nan
-
-
-class Clock:
-    """The racing driver's stream on a virtual clock: a racing `Trainer` that answers each training from RUN's table
-    (`table`, set per cycle) and runs it, once a slot of `slots` is free, for its row's measured seconds."""
-
-    def __init__(self, slots: int):
-        self.slots, self.table = slots, {}
-        self.now = self.busy = 0.0
-        self.queue: list = []  # (item, row) waiting for a slot
-        self.running: list = []  # heap of (end, tie, item, row)
-        self.tie = itertools.count()
-
-    def start(self, items: list) -> None:
-        self.queue += [(item, self.table.get(item[1])) for item in items]
-        self._fill()
-
-    def _fill(self) -> None:
-        while self.queue and len(self.running) < self.slots:
-            item, row = self.queue.pop(0)
-            seconds = float(row["seconds"]) if row is not None else 0.0  # unanswered: takes no slot time
-            self.busy += seconds
-            heapq.heappush(self.running, (self.now + seconds, next(self.tie), item, row))
-
-    def wait(self) -> dict:
-        self.now = self.running[0][0]
-        got = {}
-        while self.running and self.running[0][0] <= self.now:
-            _, _, item, row = heapq.heappop(self.running)
-            got[item] = row
-        self._fill()
-        return got
-
-
-def _exhaustive_batches(table: dict[Pair, dict], values: list[float], seeds: list[int], grid: list[float],
-                        refine: int) -> list[list[float]]:
-    """The batches RUN's exhaustive driver ran at one cycle, rebuilt by replaying its loop on the table."""
-    rows: dict[Pair, dict] = {}
-    batches, rounds = [], 0
-    while values:
-        batch = {(v, s): table[(v, s)] for v in values for s in seeds if (v, s) in table}
-        batches.append([float(r["seconds"]) for r in batch.values()])
-        rows |= batch
-        choice = choose(Curve.from_rows(list(rows.values())))
-        if choice is None or rounds >= refine:
-            break
-        values = next_values(choice, grid)
-        rounds += 1
-    return batches
 
 
 def replay_tuning(df: pd.DataFrame, spec: dict, seeds: list[int], dense: Curve) -> pd.DataFrame:
@@ -253,11 +207,12 @@ def memberships(theirs: pd.DataFrame, mine: pd.DataFrame) -> tuple[int, int, int
 
 
 def replay(run: Path, out: Path, slots: int | None = None, refine: int | None = None,
-           use_bracket: bool | None = None, racing_refine: int = RACING_REFINE) -> Replay:
+           use_bracket: bool | None = None, racing_refine: int | None = None) -> Replay:
     """Replay the racing rule on RUN's table; write DIR's files (module docstring). RUN's Oracle options (its
-    exhaustive driver's refinement rounds and bracket: its batches are rebuilt with them, and the racing plan
-    brackets as it did) come from RUN (`run_options`); `refine` and `use_bracket` are for runs that did not record
-    them. `racing_refine`: the racing Oracle's refinement rounds."""
+    refinement rounds and bracket) come from RUN (`run_options`); `refine` and `use_bracket` are for runs that did
+    not record them. Both plans are the drivers' own (`racing.OracleSearch`): the exhaustive one rebuilds RUN's
+    batches, the racing one is what a racing run with the same options would have done (`racing_refine`: other
+    refinement rounds for it than RUN's)."""
     run, out = Path(run), Path(out)
     refine, use_bracket = run_options(run, refine, use_bracket)
     spec = json.loads((run / "spec.json").read_text())
@@ -268,19 +223,24 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int | None = 
     seeds = chain_seeds(oracle, last)
     oracle = oracle[oracle["seed"].isin(seeds)]
     width = slots or 1
+    plans = {mode: OracleSearch(tuple(grid), tuple(seeds), refine if racing_refine is None or mode == "exhaustive"
+                                else racing_refine, use_bracket, mode) for mode in ("exhaustive", "racing")}
 
-    records, used, exhaustive_batches, completions, raced = [], [], [], [], {}
-    clock = Clock(width)
-    pool, inside, unimodal, previous, dense, dense_racing = Pool(), 0, 0, None, None, None
+    records, used, completions, raced = [], [], [], {}
+    clocks = {mode: Clock(width) for mode in plans}
+    pool, inside, unimodal, exact, previous, dense, dense_racing = Pool(), 0, 0, 0, None, None, None
     for m in range(last + 1):
         at = oracle[oracle["cycle"] == m]
         table = {(lr_key(r["max_lr"]), int(r["seed"])): r for r in at.to_dict("records")}
         exhaustive = choose(Curve.from_rows(at))
-        values = (sorted({*(bracket(grid, previous) if use_bracket else grid), dense}) if m else grid)
-        race = oracle_race(seeds, values, racing_refine, pool, *((previous, dense) if m and use_bracket
-                                                                 else (None, None)))
-        clock.table = table
-        run_race(race, clock, width, refinement(grid), racing_refine)
+        values = plans["racing"].first_values(previous, dense)
+        races = {mode: plan.race(values, pool, previous, dense) for mode, plan in plans.items()}
+        for mode, plan in plans.items():
+            clocks[mode].answer = lambda item, table=table: table.get(item[1])
+            plan.run(races[mode], clocks[mode], width)
+        race = races["racing"]
+        planned = races["exhaustive"]  # the exhaustive plan asks for exactly RUN's trainings: it made them so
+        exact += set(planned.rows) == set(table) and not planned.missing
         pool = carry(pool, race)
         raced[m] = race.summary()
         racing = choose(race.curve())
@@ -288,7 +248,6 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int | None = 
         chained = at[at["selected"].astype(bool)]  # RUN's chain: each seed's start at the next cycle
         rows = {r["key"]: r for r in [*race.rows.values(), *chained.to_dict("records")]}
         used += list(rows.values())
-        exhaustive_batches += _exhaustive_batches(table, values, seeds, grid, refine)
         inside += bool(racing is not None and in_set(racing.best, exhaustive.values, exhaustive.inside))
         unimodal += exhaustive.unimodal
         records.append({"cycle": m, "exhaustive_b": exhaustive.best,
@@ -301,22 +260,24 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int | None = 
     others = df[df["method"] != Method.ORACLE.value]
     kept = pd.DataFrame(used)
     by_key = {(int(r["cycle"]), lr_key(r["max_lr"]), int(r["seed"])): r for r in oracle.to_dict("records")}
-    for _ in range(3):  # the values next to every compared schedule, completed as a racing compare does
-        frame = results_frame([*kept.to_dict("records"), *others.to_dict("records")])
-        targets = completion_targets(frame, grid, use_bracket)
+
+    def complete(targets: dict[int, list[float]]) -> int:
+        """The completion pass answered from the table, as one batch (as compare runs it)."""
+        nonlocal kept
         wanted = [(m, v, s) for m, vs in targets.items() for v in vs for s in seeds]
         have = {(int(r["cycle"]), lr_key(r["max_lr"]), int(r["seed"])) for r in kept.to_dict("records")}
         new = [by_key[k] for k in wanted if k in by_key and k not in have]
-        missing = [k for k in wanted if k not in by_key]
-        for m, _v, _s in missing:
+        for m, _v, _s in (k for k in wanted if k not in by_key):
             cycles.loc[cycles["cycle"] == m, "unanswered"] += 1
-        if not new:
-            break
         for row in new:
             cycles.loc[cycles["cycle"] == int(row["cycle"]), "trainings_racing"] += 1
-        completions.append([float(row["seconds"]) for row in new])  # one batch per pass, as compare runs it
-        kept = pd.concat([kept, pd.DataFrame(new)], ignore_index=True)
+        if new:
+            completions.append([float(row["seconds"]) for row in new])
+            kept = pd.concat([kept, pd.DataFrame(new)], ignore_index=True)
+        return len(new)
 
+    complete_for_verdict(lambda: results_frame([*kept.to_dict("records"), *others.to_dict("records")]), complete,
+                         grid, use_bracket)
     rows = results_frame([*kept.to_dict("records"), *others.to_dict("records")])
     sets, differences = compare_sets(oracle_intervals(df), oracle_intervals(rows))
     members = memberships(df, rows)
@@ -326,15 +287,17 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int | None = 
     ours = mine.set_index(["schedule", "versus"])["verdict"].reindex(labels.index)
     wall = None
     if slots:
-        racing_wall = clock.now + makespan(completions, slots)[0]  # the completions run after the races
-        busy = clock.busy + sum(map(sum, completions))
-        wall = {"exhaustive": makespan(exhaustive_batches, slots),
+        exhaustive_clock, racing_clock = clocks["exhaustive"], clocks["racing"]
+        racing_wall = racing_clock.now + makespan(completions, slots)[0]  # the completions run after the races
+        busy = racing_clock.busy + sum(map(sum, completions))
+        wall = {"exhaustive": (exhaustive_clock.now, exhaustive_clock.busy / (slots * exhaustive_clock.now)
+                               if exhaustive_clock.now else math.nan),
                 "racing": (racing_wall, busy / (slots * racing_wall) if racing_wall else math.nan)}
     result = Replay(cycles, rows, inside, int((ours == labels).sum()), len(labels), wall,
                     replay_tuning(df, spec, seeds, dense_racing), unimodal, differences,
                     int(((ours == "undefined") & (labels != "undefined")).sum()),
                     int(((ours == "better") & (labels == "worse") | (ours == "worse") & (labels == "better")).sum()),
-                    raced, members)
+                    raced, members, exact)
     _write(result, out, run)
     return result
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 import pandas as pd
 
 from oracle_search.engine import Runner
-from oracle_search.trials import (Streaming, chain_suffix, cycle_trial, grid_key, peak_name, silo_spec, silo_tags,
-                                  tune_trial)
+from oracle_search.trials import Streaming, chain_suffix, cycle_trial, peak_name, silo_spec, silo_tags, tune_trial
 from oracle_search.schema import BASELINES, Method, Stage
-from oracle_search.curve import Curve
 from oracle_search.racing import Pool, pool_of, run_races, tuning_race
 from oracle_search.selection import dense_curve
 from trainables.schedules import SiloParams
@@ -29,22 +27,16 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], se
     difference's seed noise is taken to be the same (docs/design.md, "Racing"); the Oracle's own schedule gets none
     (`racing.tuning_race`)."""
     spec = runner.spec
-    if racing:
-        dense = dense_curve(pd.DataFrame(runner.ledger.rows()), seeds)
-        prior = pool_of(dense) if dense is not None else Pool()
-        if prior.df:
-            runner.progress.say(f"  baselines: racing from the Oracle's cycle-0 pool (sd {prior.sd:.2f} points, "
-                                f"{prior.df} df)")
-        centre = dense.best if dense is not None else None
-        races = {name: tuning_race(seeds, grid, prior, centre, own=name == spec.schedule.name) for name in schedules}
-
-        run_races(races, Streaming(runner, lambda name, pair: tune_trial(spec, name, *pair)), runner.slots())
-        curves = {name: race.curve() for name, race in races.items()}
-    else:
-        trials = [tune_trial(spec, name, lr, seed) for name in schedules for lr in grid for seed in seeds]
-        rows = runner.run(trials)
-        curves = {name: Curve.from_rows([rows[t.key] for t in trials if t.tags["method"] == name])
-                  for name in schedules}
+    dense = dense_curve(pd.DataFrame(runner.ledger.rows()), seeds) if racing else None
+    prior = pool_of(dense) if dense is not None else Pool()
+    if prior.df:
+        runner.progress.say(f"  baselines: racing from the Oracle's cycle-0 pool (sd {prior.sd:.2f} points, "
+                            f"{prior.df} df)")
+    centre = dense.best if dense is not None else None
+    races = {name: tuning_race(seeds, grid, prior, centre, own=name == spec.schedule.name, keep_all=not racing)
+             for name in schedules}
+    run_races(races, Streaming(runner, lambda name, pair: tune_trial(spec, name, *pair)), runner.slots())
+    curves = {name: race.curve() for name, race in races.items()}
     peaks = {}
     for name in schedules:
         best = curves[name].best

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from oracle_search.config import SPEC_KEY, base_spec, dump, options, parse_args
+from oracle_search.config import ORACLE_MODES, SPEC_KEY, base_spec, dump, options, parse_args
 from oracle_search.config import add_options as add_config_options
 from trainables.errors import CheckpointError, DataError
 from trainables.presets import DEFAULT_PRESET, PRESETS
@@ -423,6 +423,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if len(result.tuning):
         print(result.tuning_line())
     print(result.unimodal_line())
+    print(result.plan_line())
     print(result.sets_line())
     print(result.last_line())
     return 0
@@ -448,7 +449,7 @@ def build_parser() -> Parser:
                        "bracket around the previous choice")
         o.add_argument("--fuse", type=int, default=0, help="max_lr candidates of one (seed, cycle) trained as one "
                        "fused network per trial (default 0: all of them with --gpus-per-trial, else 1)")
-        o.add_argument("--oracle", choices=("racing", "exhaustive"), default="racing",
+        o.add_argument("--oracle", choices=ORACLE_MODES, default="racing",
                        help="racing (default): a value shown more than 0.5 points worse than the leader gets no "
                        "more seeds, and from cycle 1 the values walk out from the previous choice until one is "
                        "shown worse (oracle_search/racing.py; in compare also the baselines' peak-LR tuning and "

@@ -43,6 +43,7 @@ OPTIONS_TABLE = "options"
 SPEC_KEY = "config_spec"  # where the file's spec fields wait on the parsed arguments for spec_from_args
 NOT_OPTIONS = {"help", "command", "run", "config", "print_config", SPEC_KEY}
 SECRET_OPTIONS = {"study_storage"}  # URLs that may hold a password
+ORACLE_MODES = ("racing", "exhaustive")  # `--oracle`: how the Oracle searches a cycle (racing.OracleSearch)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from oracle_search.engine import Runner, Training
-from oracle_search.racing import (RACING_FILE, RACING_REFINE, Pool, Race, carry, oracle_race, refinement,
-                                  run_race, write_racing)
+from oracle_search.racing import RACING_FILE, OracleSearch, Pool, Race, carry, write_racing
 from oracle_search.schema import Method, Stage
-from oracle_search.selection import Choice, Curve, bracket, choose, lr_key, next_values
+from oracle_search.selection import Choice, Curve, choose, lr_key
 from oracle_search.trials import Streaming, oracle_trial, training_id
 
 
@@ -61,19 +60,19 @@ def earlier_rows(runner: Runner, cycle: int, starts: dict[int, dict | None]) -> 
     return mine
 
 
-def _race(runner: Runner, cycle: int, seeds: list[int], starts: dict[int, dict | None], values: list[float],
-          grid: list[float], refine: int, prior: Pool, previous: float | None,
-          dense: float | None) -> tuple[dict[str, dict], Race, int]:
-    """One cycle raced, walking from the previous b (`racing.oracle_race`): its rows by key, the race, and the
-    refinement rounds used."""
-    race = oracle_race(seeds, values, refine, prior, previous, dense)
+def _race(runner: Runner, search: OracleSearch, cycle: int, starts: dict[int, dict | None], values: list[float],
+          prior: Pool, previous: float | None, dense: float | None) -> tuple[dict[str, dict], Race, int]:
+    """One cycle searched (`racing.OracleSearch`: a race, or an exhaustive race that keeps every value): its rows by
+    key, the race, and the refinement rounds used. The race sees only its own rows, so a rerun with the same
+    options replays it from the ledger and trains nothing new."""
+    race = search.race(values, prior, previous, dense)
     first = {lr_key(v) for v in values}
 
     def trial(_, pair: tuple[float, int]) -> Training:
         v, s = pair
         return oracle_trial(runner, cycle, s, v, starts[s], Stage.GRID if v in first else Stage.REFINE)
 
-    rounds = run_race(race, Streaming(runner, trial), runner.slots(), refinement(grid), refine)
+    rounds = search.run(race, Streaming(runner, trial), runner.slots())
     return {row["key"]: row for row in race.rows.values()}, race, rounds
 
 
@@ -83,41 +82,25 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
     racing (module docstring). Each cycle's choice also counts the rows an earlier run on this folder trained from
     the same starts (`earlier_rows`)."""
     spec, say = runner.spec, runner.progress.say
+    search = OracleSearch(tuple(grid), tuple(seeds), refine, use_bracket, mode)
     outcomes: list[CycleOutcome] = []
     pool = Pool()  # racing: the seed noise of a paired difference, carried from cycle to cycle
     raced: dict[int, dict] = {}  # racing: per cycle, what the race changed (racing.json)
-    if mode != "racing":  # an earlier racing run on this folder: its record no longer describes the Oracle's rows
+    if not search.racing:  # an earlier racing run on this folder: its record no longer describes the Oracle's rows
         (runner.out / RACING_FILE).unlink(missing_ok=True)
     for cycle in range(spec.cycles + 1):
         starts = {s: outcomes[-1].selected[s] if outcomes else None for s in seeds}
-        values = bracket(grid, outcomes[-1].choice.best) if outcomes and use_bracket else sorted(grid)
-        if outcomes:  # the dense best at every cycle: §3.1's statistics at one fixed max_lr
-            values = sorted({*values, outcomes[0].choice.best})
-        say(f"oracle cycle {cycle}: {len(values)} max_lr x {len(seeds)} seed(s){', racing' * (mode == 'racing')}")
-        if mode == "racing":
-            previous, dense = ((outcomes[-1].choice.best, outcomes[0].choice.best) if outcomes and use_bracket
-                               else (None, None))
-            rows, race, rounds = _race(runner, cycle, seeds, starts, values, grid, min(refine, RACING_REFINE), pool,
-                                       previous, dense)
+        previous, dense = (outcomes[-1].choice.best, outcomes[0].choice.best) if outcomes else (None, None)
+        values = search.first_values(previous, dense)
+        say(f"oracle cycle {cycle}: {len(values)} max_lr x {len(seeds)} seed(s){', racing' * search.racing}")
+        rows, race, rounds = _race(runner, search, cycle, starts, values, pool, previous, dense)
+        if search.racing:
             pool = carry(pool, race)
             raced[cycle] = race.summary()
             write_racing(runner.out, raced)
             say(f"  racing: {len(race.rows)} of {len({*values, *race.candidates, *race.walk}) * len(seeds)} "
                 f"trainings, {len(race.dropped)} value(s) dropped early, {len(race.walk)} beyond them never trained, "
                 f"{len(race.kept)} completed for the sets")
-        else:
-            # The rounds see only their own rows, so a rerun with the same options replays them from the ledger
-            # and trains nothing new; the choice then counts every row of this cycle from the same starts.
-            rows: dict[str, dict] = {}
-            stage, rounds, choice = Stage.GRID, 0, None
-            while values:
-                trials = [oracle_trial(runner, cycle, s, lr, starts[s], stage) for s in seeds for lr in values]
-                rows |= runner.run(trials)
-                choice = choose(Curve.from_rows(rows.values()))
-                if choice is None or rounds >= refine:
-                    break
-                values = next_values(choice, grid)
-                stage, rounds = Stage.REFINE, rounds + 1 if values else rounds
         rows |= earlier_rows(runner, cycle, starts)
         choice = choose(Curve.from_rows(rows.values()))
         if choice is None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from oracle_search.config import ORACLE_MODES
 from oracle_search.schema import SILO_METHODS, Method, read_results
 from oracle_search.statistics import MARGIN_PER_CYCLE
 from trainables.atomic import atomic_write_json
@@ -42,8 +43,8 @@ class OracleOptions:
     mode: str = "racing"  # values shown worse get fewer seeds (oracle_search.racing); or "exhaustive"
 
     def __post_init__(self) -> None:
-        if self.mode not in ("exhaustive", "racing"):
-            raise SpecError("oracle", f"must be exhaustive or racing, got {self.mode!r}")
+        if self.mode not in ORACLE_MODES:
+            raise SpecError("oracle", f"must be {' or '.join(ORACLE_MODES)}, got {self.mode!r}")
         at_least("seeds", self.seeds, 1)
         at_least("refine", self.refine, 0)
         at_least("fuse", self.fuse, 0)
@@ -252,23 +253,21 @@ def _oracle(runner, options: OracleOptions):
 
 def _complete_for_verdict(runner, options: OracleOptions) -> None:
     """Racing leaves values far from b with fewer seeds. Before the analysis, train the missing seeds of the
-    values next to every compared schedule's max_lr at every cycle (`analysis.regret.completion_targets`), so the
-    verdict interpolates between complete values as it does after an exhaustive Oracle. constant_best may move
-    as values complete, so this repeats until nothing is missing (at most 3 passes)."""
-    from analysis.regret import completion_targets
+    values next to every compared schedule's max_lr at every cycle (`analysis.regret.complete_for_verdict`), so
+    the verdict interpolates between complete values as it does after an exhaustive Oracle."""
+    from analysis.regret import complete_for_verdict
     from oracle_search.oracle import complete
     from oracle_search.schema import results_frame
 
     seeds = tuning_seeds(runner.spec, options.seeds)
-    for _ in range(3):
-        targets = completion_targets(results_frame(runner.ledger.rows()), list(runner.spec.grid), options.bracket)
-        if not targets:
-            return
+
+    def train(targets: dict[int, list[float]]) -> int:
         trained = complete(runner, seeds, targets)
         runner.progress.say(f"verdict: completed {sum(map(len, targets.values()))} value(s) next to the compared "
                             f"schedules ({trained} trainings)")
-        if not trained:
-            return
+        return trained
+
+    complete_for_verdict(lambda: results_frame(runner.ledger.rows()), train, list(runner.spec.grid), options.bracket)
 
 
 def _write_estimate(runner, command: str, options, seconds_per_epoch: float | None) -> None:

@@ -42,6 +42,10 @@ dropped, the next value below (above) it joins the race. A value beyond a droppe
 assumes the true curve is unimodal in ln max_lr: then a value beyond a candidate shown worse than the leader (which
 lies inward of it) is truly worse still, so it would be dropped too. The Bonferroni count K still counts every value
 the walk may reach. docs/design.md "Racing" says where the walk is used and how the assumption was checked.
+
+**Exhaustive search is a race too** (`Race.keep_all`): every value gets every seed at once and none is dropped, so
+each driver has one search whose mode is a setting (`OracleSearch` for the Oracle), and `replay` runs the same plan
+on a finished run's table.
 """
 from __future__ import annotations
 
@@ -55,7 +59,7 @@ import numpy as np
 import pandas as pd
 
 from oracle_search.curve import Curve, best_of, lr_key
-from oracle_search.selection import TOLERANCE, choose, next_values
+from oracle_search.selection import TOLERANCE, bracket, choose, next_values
 from oracle_search.statistics import ONE_SIDED, half_width
 from trainables.atomic import atomic_write_json
 
@@ -137,9 +141,13 @@ class Race:
     tested: dict[float, int] = field(default_factory=dict)  # value -> seeds shared with the leader at its last test
     drops: dict[float, dict] = field(default_factory=dict)  # value -> its seeds, gap and look when dropped
     reopened: set[float] = field(default_factory=set)  # values dropped by the rule, then completed for the sets
+    keep_all: bool = False  # exhaustive search: every value is kept (every seed at once, never dropped)
 
     def add(self, values: Iterable[float]) -> None:
-        self.candidates = sorted({*self.candidates, *(lr_key(v) for v in values)})
+        values = [lr_key(v) for v in values]
+        if self.keep_all:
+            self.kept |= set(values)
+        self.candidates = sorted({*self.candidates, *values})
         self.walk = tuple(v for v in self.walk if v not in self.candidates)
 
     def start(self, values: Iterable[float], centre: float | None = None, also: Iterable[float] = ()) -> None:
@@ -262,7 +270,9 @@ class Race:
     def look(self) -> None:
         """Drop diverged candidates, then, against the leader among those left, every candidate that gained a shared
         seed since its last test and is shown worse by more than the tolerance (a drop never removes the leader, so
-        one pass suffices)."""
+        one pass suffices). An exhaustive race (`keep_all`) drops nothing."""
+        if self.keep_all:
+            return
         for v in self.alive:
             if self._diverged(v):
                 self.dropped[v] = "diverged"
@@ -402,23 +412,70 @@ def oracle_race(seeds: list[int], values: list[float], refine: int, prior: Pool,
     return race
 
 
-def tuning_race(seeds: list[int], grid: list[float], prior: Pool, centre: float | None, own: bool) -> Race:
+def tuning_race(seeds: list[int], grid: list[float], prior: Pool, centre: float | None, own: bool,
+                keep_all: bool = False) -> Race:
     """A baseline schedule's peak-LR race over the grid (the driver's and replay's), walking from `centre` (the
     Oracle's dense best) when one is known, with `prior` (the Oracle's cycle-0 pool). The Oracle's `own` schedule
     gets no prior: its tuning trainings are the Oracle's cycle 0, reused, so the prior would count their residuals
-    twice."""
-    race = Race(Settings(tuple(seeds), most_candidates=len(grid)), Pool() if own else prior)
-    race.start(grid, centre)
+    twice. `keep_all`: exhaustive tuning, every peak on every seed."""
+    race = Race(Settings(tuple(seeds), most_candidates=len(grid)), Pool() if own else prior, keep_all=keep_all)
+    race.start(grid, None if keep_all else centre)
     return race
 
 
-def refinement(grid: list[float]):
-    """The values a racing refinement round adds, given a cycle's curve: `selection.next_values` on its choice,
-    resolving the paper interval's edges (b and that interval are what the decisions rest on)."""
+def refinement(grid: list[float], paper_only: bool = True):
+    """The values a refinement round adds, given a cycle's curve: `selection.next_values` on its choice. The racing
+    Oracle resolves only the paper interval's edges (`paper_only`: b and that interval are what the decisions rest
+    on); the exhaustive one the edges of both intervals."""
     def new_values(curve: Curve) -> list[float]:
         choice = choose(curve)
-        return next_values(choice, grid, paper_only=True) if choice is not None else []
+        return next_values(choice, grid, paper_only=paper_only) if choice is not None else []
     return new_values
+
+
+
+@dataclass(frozen=True)
+class OracleSearch:
+    """How the Oracle searches one cycle, written once for its driver, `replay` and the estimate: the first values,
+    the race (`mode`: racing, or exhaustive, a race that keeps every value), and the refinement. `refine` is the
+    most refinement rounds the options allow (a racing Oracle uses at most `RACING_REFINE` of them); `bracket`:
+    from cycle 1, start from the grid values around the previous b rather than the whole grid."""
+
+    grid: tuple[float, ...]
+    seeds: tuple[int, ...]
+    refine: int = 3
+    bracket: bool = True
+    mode: str = "racing"
+
+    @property
+    def racing(self) -> bool:
+        return self.mode == "racing"
+
+    @property
+    def rounds(self) -> int:
+        return min(self.refine, RACING_REFINE) if self.racing else self.refine
+
+    def first_values(self, previous: float | None, dense: float | None) -> list[float]:
+        """Cycle 0 (`previous` None): the grid. Later: the bracket around the `previous` b (or the grid), with the
+        `dense` best (every cycle reports it: §3.1's statistics at one fixed max_lr)."""
+        grid = sorted(lr_key(g) for g in self.grid)
+        if previous is None:
+            return grid
+        values = bracket(grid, previous) if self.bracket else grid
+        return sorted({*values, lr_key(dense)})
+
+    def race(self, values: list[float], prior: Pool, previous: float | None, dense: float | None) -> Race:
+        """The cycle's race on its first `values`; a racing one walks from the `previous` b when bracketing."""
+        if not self.racing:
+            race = Race(race_settings(list(self.seeds), values, self.rounds), keep_all=True)
+            race.add(values)
+            return race
+        walk = (previous, dense) if previous is not None and self.bracket else (None, None)
+        return oracle_race(list(self.seeds), values, self.rounds, prior, *walk)
+
+    def run(self, race: Race, train: "Trainer | Train", slots: int = 1) -> int:
+        """Run the cycle's race with its refinement (`run_race`); returns the refinement rounds used."""
+        return run_race(race, train, slots, refinement(list(self.grid), paper_only=self.racing), self.rounds)
 
 
 Train = Callable[[list[Pair]], dict[Pair, dict]]

@@ -152,8 +152,6 @@ def search_delta(runner: Runner, epsilon: float, grid: list[float], seeds: list[
     `racing`: the candidates race on the seeds (oracle_search.racing); a δ shown more than 0.5 points worse
     than the leader at the target cycle gets no more seeds, and still counts as a tried neighbour."""
     coarse, first = delta_range(epsilon, grid), delta_grid(epsilon, grid)
-    dropped: dict[float, str] = {}
-
     def refine(curve: Curve) -> list[float]:
         """The δ values the next round adds; none when the target cycle cannot tell δ apart or every δ diverged.
         Values the racing rule dropped count as tried neighbours."""
@@ -165,18 +163,10 @@ def search_delta(runner: Runner, epsilon: float, grid: list[float], seeds: list[
                                 f"{', '.join(f'{d:.4g}' for d in new)}")
         return new
 
-    if racing:
-        race = Race(Settings(tuple(seeds), most_candidates=len(first) + 2 * rounds))
-        race.add(first)
-        done = run_race(race, lambda pairs: _train(runner, epsilon, pairs, target), runner.slots(), refine, rounds)
-        curve, dropped = race.curve(), dict(race.dropped)
-    else:
-        rows = list(_train(runner, epsilon, [(d, s) for d in first for s in seeds], target).values())
-        curve, done = Curve.from_rows(rows, seeds), 0
-        while done < rounds and (new := refine(curve)):
-            done += 1
-            rows += _train(runner, epsilon, [(d, s) for d in new for s in seeds], target).values()
-            curve = Curve.from_rows(rows, seeds)
+    race = Race(Settings(tuple(seeds), most_candidates=len(first) + 2 * rounds), keep_all=not racing)
+    race.add(first)
+    done = run_race(race, lambda pairs: _train(runner, epsilon, pairs, target), runner.slots(), refine, rounds)
+    curve, dropped = race.curve(), dict(race.dropped)
     why = _why_stopped(curve, coarse, target, rounds)
     dead = curve.diverged.any(axis=1)
     scores = {float(d): None if dead[d] else float(m) for d, m in curve.mean().items()}

@@ -15,7 +15,7 @@ import pytest
 from analysis.report import estimate_note
 from oracle_search import estimate
 from oracle_search.cli import main
-from oracle_search.engine import Runner
+from oracle_search.engine import Runner, Started
 from oracle_search.cluster import trial_slots
 from oracle_search.estimate import ESTIMATE_FILE
 from oracle_search.oracle import run_oracle
@@ -95,7 +95,8 @@ def test_fusion_is_counted_in_trials_by_hand():
 
 @dataclasses.dataclass
 class RecordingRunner(Runner):
-    """The engine's Runner (its ledger, its fusion of trainings into trials) with training replaced: `run` records
+    """The engine's Runner (its ledger, its fusion of trainings into trials) with training replaced: `run` (and
+    `start`, which the Oracle's streamed rounds call) records
     the trainings and the Tune trials (`Runner._configs`) it would start, and answers with the rows a real trial
     would land in the ledger, validation accuracies drawn from `rng` (ties and 5 % divergence included). A fake of
     training only: nothing here depends on Ray's semantics, which the Runner's own tests cover."""
@@ -104,6 +105,12 @@ class RecordingRunner(Runner):
     trainings: int = 0
     trials: int = 0
     rounds: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # cycle -> values of each batch
+
+    def start(self, trials):  # the Oracle streams its rounds (trials.Streaming): each batch finishes at once
+        return Started(trials, self.run(trials), [], [], set())
+
+    def ready(self, started, partial=True):
+        return started.rows
 
     def run(self, trials):
         rows = {t.key: row for t in trials if (row := self.ledger.get(t.key)) is not None}

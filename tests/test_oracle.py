@@ -23,6 +23,7 @@ from oracle_search import cli
 from oracle_search.engine import Progress, Runner
 from oracle_search.oracle import run_oracle
 from oracle_search.schema import read_results
+from analysis.replay import replay
 from oracle_search.selection import lr_key
 from trainables.presets import PRESETS
 from trainables.tune_adapter import cycle_trainable
@@ -238,6 +239,8 @@ def test_refinement_and_brackets_train_the_same_values_on_every_seed(ray_local, 
         assert open_edges(group, grid) == [] or refined >= 2, cycle
         previous = best_by_hand(group)
     assert set(table["cycle"]) == {0, 1, 2}
+    # replay runs the driver's own plan (racing.OracleSearch) on the table: it asks for exactly these trainings
+    assert replay(out, tmp_path / "replay").planned == 3
 
 
 @pytest.mark.slow

@@ -256,6 +256,55 @@ def test_rounds_of_seeds_drop_far_values_and_give_the_rest_every_seed():
     assert not race.dropped and sum(map(len, asked)) == 12
 
 
+def test_an_exhaustive_race_asks_every_seed_at_once_and_drops_nothing():
+    """The same far values as above (and a divergence), `keep_all`: one batch of all 12 trainings, nothing dropped,
+    every value on every seed, even with a prior that would drop 0.1 after one seed."""
+    table = rows({0.1: [60, 61, 62], 0.2: [79, 80.5, 81], 0.4: [80, 81, 82], 0.8: [50, 50, 50]},
+                 diverged={(0.8, 0)})
+    race = Race(Settings(SEEDS, most_candidates=4), Pool(1.0, 5), keep_all=True)
+    race.add([0.1, 0.2, 0.4, 0.8])
+    train, asked = answered(table)
+    run_race(race, train)
+    assert [len(b) for b in asked] == [12] and not race.dropped and len(race.rows) == 12
+
+
+def test_the_oracle_search_is_one_plan_whose_mode_is_a_setting():
+    """`OracleSearch`: exhaustive refines both intervals' edges for `refine` rounds on every seed at once; racing
+    refines the paper interval's for at most one round, and drops. On the far table above, from the grid
+    [0.1, 0.2, 0.4, 0.8]: the paper interval is {0.4}, so a round asks for √(0.2·0.4) and √(0.4·0.8); exhaustive
+    also resolves "not shown worse", [0.2, 0.4], whose lower edge asks for √(0.1·0.2). A refined value's accuracy is
+    its neighbours', interpolated in ln max_lr."""
+    accs = {0.1: [60, 61, 62], 0.2: [79, 80.5, 81], 0.4: [80, 81, 82], 0.8: [50, 50, 50]}
+    grid = tuple(accs)
+
+    def acc(v: float) -> list[float]:  # refinement values: their neighbours' mean in ln max_lr, per seed
+        if v in accs:
+            return accs[v]
+        lo, hi = max(g for g in grid if g < v), min(g for g in grid if g > v)
+        w = math.log(v / lo) / math.log(hi / lo)
+        return [a + w * (b - a) for a, b in zip(accs[lo], accs[hi])]
+
+    def train(pairs):
+        return {(v, s): {"val_acc": acc(v)[s], "diverged": False} for v, s in pairs}
+
+    asked = {}
+    for mode in ("exhaustive", "racing"):
+        search = racing.OracleSearch(grid, SEEDS, refine=2, mode=mode)
+        race = search.race(search.first_values(None, None), Pool(), None, None)
+        rounds = search.run(race, lambda pairs: train(pairs))
+        asked[mode] = (sorted({v for v, _ in race.rows}), rounds, len(race.rows), set(race.dropped))
+    mid = lambda a, b: lr_key(math.sqrt(a * b))  # noqa: E731
+    exhaustive, raced = asked["exhaustive"], asked["racing"]
+    assert exhaustive[1] == 2 and exhaustive[2] == 3 * len(exhaustive[0]) and not exhaustive[3]
+    assert {mid(0.1, 0.2), mid(0.2, 0.4), mid(0.4, 0.8)} <= set(exhaustive[0])
+    assert raced[1] == 1 and {mid(0.2, 0.4), mid(0.4, 0.8)} <= set(raced[0]) and mid(0.1, 0.2) not in raced[0]
+    assert raced[3] and raced[2] < exhaustive[2]
+    # from cycle 1: the bracket around the previous b with the dense best, the same in both modes
+    search = racing.OracleSearch(grid, SEEDS, mode="exhaustive")
+    assert search.first_values(0.4, 0.2) == sorted(bracket(list(grid), 0.4))
+    assert racing.OracleSearch(grid, SEEDS, bracket=False).first_values(0.4, 0.3) == [0.1, 0.2, 0.3, 0.4, 0.8]
+
+
 def test_a_prior_pool_lets_the_first_seed_drop_and_a_divergence_drops_at_once():
     """With the prior (ss 1.0 on 5 df) a value 11 points behind is dropped after one seed; a diverged training
     drops its value even when it leads."""

@@ -7,7 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from analysis.replay import REPLAY_COLUMNS, Clock, compare_sets, makespan, replay
+from analysis.replay import REPLAY_COLUMNS, compare_sets, makespan, replay
+from oracle_search.simulate import Clock
 from oracle_rows import oracle_rows
 from oracle_search.cli import main
 from oracle_search.schema import results_frame, write_results
@@ -111,9 +112,9 @@ def test_the_stream_tops_up_a_freed_slot_at_once():
     from oracle_search.racing import Race, Settings, run_race
 
     acc = {0.1: [80, 81, 82], 0.2: [80.2, 81.1, 81.9]}
-    clock = Clock(2)
-    clock.table = {(v, s): {"val_acc": a[s], "diverged": False, "seconds": 1.0 if v == 0.1 else 3.0}
-                   for v, a in acc.items() for s in range(3)}
+    table = {(v, s): {"val_acc": a[s], "diverged": False, "seconds": 1.0 if v == 0.1 else 3.0}
+             for v, a in acc.items() for s in range(3)}
+    clock = Clock(2, lambda item: table.get(item[1]))
     race = Race(Settings((0, 1, 2), 2))
     race.add(acc)
     run_race(race, clock, 2)

@@ -1,0 +1,157 @@
+"""The clock executor: the drivers' own searches (`racing.OracleSearch`, `racing.tuning_race`) run on a virtual
+clock, each training answered by a row and lasting its seconds, so a run can be planned (`--dry-run`, the estimate)
+or replayed (`oracle-search replay`, answered from a finished run's table) without training anything.
+
+A dry run has no accuracies, so it answers from a **stated accuracy model** (`AccuracyModel`), not from data:
+- the seed-mean validation accuracy of max_lr v is `PEAK − curvature · ln(v / v*)²` points, a parabola in ln v
+  whose optimum v* sits at the grid's geometric centre at cycle 0 and at the b the simulation chose at later cycles
+  (the network changes little from one cycle to the next);
+- a training at v on seed s adds independent noise of sd `noise · (1 + |ln(v / v*)|)` (values far from b are
+  noisier, as measured on the default);
+- a training diverges above `diverge` · v*.
+Its constants are the medians measured on the embedded default's exhaustive Oracle runs (module constants below;
+docs/measured.md "The plan simulated"). Another model, grid or preset may drop more or fewer values: the dry run
+says so and gives the exhaustive plan's count as "at most".
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from oracle_search.curve import lr_key
+from oracle_search.racing import OracleSearch, Pool, carry, pool_of, run_races, tuning_race
+from oracle_search.selection import choose
+
+Answer = Callable[[tuple], "dict | None"]  # (race key, (value, seed)) -> a row with val_acc, diverged, seconds
+
+# The accuracy model's constants, medians over the 7 cycles of the default's exhaustive runs (2026-11-26 and
+# 2026-11-27, benchmarks/results/): the seed-mean drop away from b fitted as c · ln(v / b)² within ×4 of b
+# (c 3–23, median 7), the sd of a paired difference to b (0.26–0.76, median 0.4: a training's noise 0.4 / √2),
+# and the first diverged value (×4 of b at cycle 0).
+CURVATURE = 7.0
+NOISE = 0.4 / math.sqrt(2)
+DIVERGE = 4.0
+PEAK = 80.0
+RUNS = 8  # simulated runs averaged per estimate (their noise differs; the counts are their mean)
+
+
+class Clock:
+    """A `racing.Trainer` on a virtual clock: each started item runs, once one of `slots` is free, for its row's
+    `seconds`; `answer` gives an item's row (None: it cannot be had, and takes no slot time)."""
+
+    def __init__(self, slots: int, answer: Answer | None = None):
+        self.slots, self.answer = slots, answer
+        self.now = self.busy = 0.0
+        self.queue: list = []  # (item, row) waiting for a slot
+        self.running: list = []  # heap of (end, tie, item, row)
+        self.tie = itertools.count()
+
+    def start(self, items: list) -> None:
+        self.queue += [(item, self.answer(item)) for item in items]
+        self._fill()
+
+    def _fill(self) -> None:
+        while self.queue and len(self.running) < self.slots:
+            item, row = self.queue.pop(0)
+            seconds = float(row["seconds"]) if row is not None else 0.0
+            self.busy += seconds
+            heapq.heappush(self.running, (self.now + seconds, next(self.tie), item, row))
+
+    def wait(self) -> dict:
+        self.now = self.running[0][0]
+        got = {}
+        while self.running and self.running[0][0] <= self.now:
+            _, _, item, row = heapq.heappop(self.running)
+            got[item] = row
+        self._fill()
+        return got
+
+
+@dataclass(frozen=True)
+class AccuracyModel:
+    """The dry run's stated accuracy model (module docstring)."""
+
+    curvature: float = CURVATURE
+    noise: float = NOISE
+    diverge: float = DIVERGE
+
+    def answer(self, optimum: float, seconds: float, rng: np.random.Generator) -> Answer:
+        """Rows for trainings around `optimum`, each lasting `seconds`; an item (race, (value, seed)) is drawn once."""
+        drawn: dict[tuple, dict] = {}
+
+        def row(item: tuple) -> dict:
+            if item not in drawn:
+                x = math.log(item[1][0] / optimum)
+                acc = PEAK - self.curvature * x * x + rng.normal(0.0, self.noise * (1 + abs(x)))
+                drawn[item] = {"val_acc": acc, "diverged": item[1][0] > self.diverge * optimum, "seconds": seconds}
+            return drawn[item]
+        return row
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """Mean counts over the simulated runs: trainings per phase, and the wall time on the slots."""
+
+    trainings: float
+    seconds: float
+
+
+def centre(grid: list[float]) -> float:
+    return lr_key(math.exp(np.mean(np.log(sorted(grid)))))
+
+
+def simulate_oracle(search: OracleSearch, cycles: int, slots: int, seconds: float, compared: int = 0,
+                    model: AccuracyModel = AccuracyModel(), runs: int = RUNS) -> Simulated:
+    """The Oracle's cycles 0..`cycles` on the model, `runs` times: its trainings and wall time. `compared`: how many
+    values a racing `compare` completes per cycle from 1 before its verdict (`regret.complete_for_verdict`: the
+    values next to each compared schedule; the model has no schedules, so the `compared` dropped values nearest b
+    get their missing seeds)."""
+    counts, walls = [], []
+    for r in range(runs):
+        rng = np.random.default_rng(r)
+        clock, pool, previous, dense, total, late = Clock(slots), Pool(), None, None, 0, []
+        optimum = centre(search.grid)
+        for m in range(cycles + 1):
+            clock.answer = model.answer(optimum, seconds, rng)
+            race = search.race(search.first_values(previous, dense), pool, previous, dense)
+            search.run(race, clock, slots)
+            total += len(race.rows)
+            choice = choose(race.curve())
+            if choice is None:
+                break
+            if search.racing and m and compared:
+                near = sorted(race.dropped, key=lambda v: abs(math.log(v / choice.best)))[:compared]
+                late += [seconds] * sum(len(search.seeds) - len(race.seeds_of(v)) for v in near)
+            pool = carry(pool, race) if search.racing else pool
+            previous, dense = choice.best, dense if m else choice.best
+            optimum = choice.best
+        counts.append(total + len(late))
+        walls.append(clock.now + sum(late) / slots)
+    return Simulated(float(np.mean(counts)), float(np.mean(walls)))
+
+
+def simulate_tuning(grid: list[float], seeds: tuple[int, ...], schedules: int, racing: bool, slots: int,
+                    seconds: float, model: AccuracyModel = AccuracyModel(), runs: int = RUNS) -> Simulated:
+    """The baselines' peak-LR tuning of `schedules` schedules side by side on the model, `runs` times, each race
+    walking from the Oracle's simulated dense best with the pool of its cycle 0 (`baselines.tune_peaks`)."""
+    counts, walls = [], []
+    dense_search = OracleSearch(tuple(grid), seeds, 0, True, "exhaustive")
+    for r in range(runs):
+        rng = np.random.default_rng(10_000 + r)
+        answer = model.answer(centre(grid), seconds, rng)
+        dense = dense_search.race(dense_search.first_values(None, None), Pool(), None, None)
+        dense_search.run(dense, Clock(slots, answer), slots)
+        curve = dense.curve()
+        races = {k: tuning_race(list(seeds), grid, pool_of(curve) if racing else Pool(),
+                                curve.best if racing else None, own=False, keep_all=not racing)
+                 for k in range(schedules)}
+        clock = Clock(slots, answer)
+        run_races(races, clock, slots)
+        counts.append(sum(len(race.rows) for race in races.values()))
+        walls.append(clock.now)
+    return Simulated(float(np.mean(counts)), float(np.mean(walls)))
