@@ -12,11 +12,12 @@ The counts follow the drivers' rules (docs/design.md, "Which values are trained"
 - **Baselines.** Each benchmark schedule's peaks on cycle 0: the grid on every tuning seed; the spec's own
   schedule is the Oracle's cycle-0 grid, reused. Final runs: every baseline and SILO variant, cycles 0..L on
   every evaluation seed.
-"Typical" counts refinement as the main job of 2026-11-26 ran it (README): 3 new Oracle values per round (13-17
-values per cycle were trained, of at most 18) and one δ round of 2. With `--oracle racing` (the default) the
-typical Oracle and baselines' tuning are those counts times the share racing trained of them in the racing
-`compare` of the default (`RACING_SHARE`, README "Racing"): how many values a race drops is only known as it runs.
-"At most" stays the exhaustive plan's.
+"Typical" Oracle and baselines' tuning counts come from running the drivers' own searches (`racing.OracleSearch`,
+`racing.tuning_race`, racing or exhaustive as the options say) on a virtual clock against a stated accuracy model
+(`oracle_search.simulate`: a parabola in ln max_lr with the noise and curvature measured on the default), the mean
+of a few simulated runs; a racing `compare` also completes two values per cycle before its verdict. "Typical"
+silo_paper counts one δ round of 2, as the main job of 2026-11-26 ran it. "At most" is the exhaustive plan's
+closed form, whatever the model.
 
 Trials: with fusion (`--fuse`; by default every candidate of a (seed, cycle) on GPUs) the engine trains up to `fuse`
 max_lr candidates of one (seed, cycle, start) as one fused network in one Tune trial (`engine.Runner._configs`):
@@ -43,12 +44,10 @@ from oracle_search.schema import BASELINES
 from trainables.atomic import atomic_write_json
 from trainables.spec import ExperimentSpec, SpecError
 
-TYPICAL_ORACLE_VALUES_PER_ROUND = 3
+FIRST_ROUND_VALUES = 3  # a racing cycle's first round (b and its neighbours) on each seed: the Oracle's width
 TYPICAL_DELTA_ROUNDS = 1
 MOST_ORACLE_VALUES_PER_ROUND = 4  # one per edge of the two intervals (selection.next_values)
-# Racing's trainings over the exhaustive plan's, per phase, in the default's racing `compare --seed 0` against the
-# exhaustive one (README "Racing": the Oracle 129 of 282, the four tuned schedules 30 of 96).
-RACING_SHARE = {"oracle": 0.46, "baselines_tune": 0.31}
+COMPARED_PER_CYCLE = 2  # values a racing compare completes per cycle before its verdict (simulate.simulate_oracle)
 PROBE_STEPS = 100
 MAX_PROBES = 64  # copies of the probe at once on a cluster (each holds one trial's resources)
 _EPS = 1e-9
@@ -161,18 +160,25 @@ def first_round_values(spec: ExperimentSpec, bracket: bool) -> tuple[int, int]:
     return g, (min(widest_bracket(list(spec.grid)), g + 1) if bracket else g) + 1
 
 
-def oracle_phase(spec: ExperimentSpec, seeds: int, refine: int, bracket: bool, fuse: int = 1) -> Phase:
-    """`fuse`: candidates per fused trial (`fusion.fuse_size`); each round on a seed is ⌈its values / fuse⌉ trials."""
+def oracle_phase(spec: ExperimentSpec, seeds: int, refine: int, bracket: bool, fuse: int = 1,
+                 mode: str = "racing", compared: int = 0) -> Phase:
+    """At most: the exhaustive plan in closed form. Typically: the Oracle's own search (`mode`) simulated on the
+    accuracy model (`simulate.simulate_oracle`; `compared`: values completed per cycle before a verdict). `fuse`:
+    candidates per fused trial (`fusion.fuse_size`); each round on a seed is ⌈its values / fuse⌉ trials, and the
+    typical trials are the typical trainings in the same proportion."""
+    from oracle_search.racing import OracleSearch
+    from oracle_search.simulate import simulate_oracle
+
     g, later = first_round_values(spec, bracket)
-    cycles = spec.cycles
+    cycles, most = spec.cycles, MOST_ORACLE_VALUES_PER_ROUND
 
-    def count(per_round: int, k: int = 1) -> int:  # k: trainings per trial
-        return seeds * ((-(-g // k) + -(-per_round // k) * refine) + cycles * (-(-later // k) + -(-per_round // k)
-                                                                              * refine))
+    def count(k: int = 1) -> int:  # k: trainings per trial
+        return seeds * ((-(-g // k) + -(-most // k) * refine) + cycles * (-(-later // k) + -(-most // k) * refine))
 
-    typical, most = TYPICAL_ORACLE_VALUES_PER_ROUND, MOST_ORACLE_VALUES_PER_ROUND
-    return Phase("oracle", count(most), count(typical), spec.epochs, seeds * -(-(typical if refine else g) // fuse),
-                 count(most, fuse), count(typical, fuse), fuse)
+    search = OracleSearch(tuple(spec.grid), tuple(range(seeds)), refine, bracket, mode)
+    typical = min(math.ceil(simulate_oracle(search, cycles, 1, 1.0, compared).trainings), count())
+    return Phase("oracle", count(), typical, spec.epochs, seeds * -(-(FIRST_ROUND_VALUES if refine else g) // fuse),
+                 count(fuse), math.ceil(typical * count(fuse) / count()), fuse)
 
 
 def silo_paper_phase(spec: ExperimentSpec, seeds: int, target: int) -> Phase:
@@ -195,14 +201,21 @@ def silo_fit_phase(spec: ExperimentSpec, trials: int, fit_seeds: int, target: in
 
 
 def baselines_phases(spec: ExperimentSpec, seeds: int, eval_seeds: int, silo_variants: int,
-                     oracle_ran: bool, fuse: int = 1) -> list[Phase]:
+                     oracle_ran: bool, fuse: int = 1, racing: bool = False) -> list[Phase]:
     """`fuse`: candidates per fused trial in the tuning, where each schedule's grid on a seed is one batch (the
-    final chains train one max_lr per chain and cycle: nothing to fuse)."""
+    final chains train one max_lr per chain and cycle: nothing to fuse). `racing`: the tuning races, typically
+    as many trainings as its simulation (`simulate.simulate_tuning`) trains."""
+    from oracle_search.simulate import simulate_tuning
+
     tuned = [s for s in BASELINES if not (oracle_ran and s == spec.schedule.name)]  # that one is the Oracle's
-    g = len(set(spec.grid))
+    grid = sorted(set(spec.grid))
+    g = len(grid)
     tune, trials = len(tuned) * g * seeds, len(tuned) * -(-g // fuse) * seeds
+    typical = (min(math.ceil(simulate_tuning(grid, tuple(range(seeds)), len(tuned), True, 1, 1.0).trainings), tune)
+               if racing and tuned else tune)
     finals = (len(BASELINES) + silo_variants) * eval_seeds * (spec.cycles + 1)
-    return [Phase("baselines_tune", tune, tune, spec.epochs, max(1, trials), trials, trials, fuse),
+    return [Phase("baselines_tune", tune, typical, spec.epochs, max(1, trials), trials,
+                  math.ceil(typical * trials / tune) if tune else 0, fuse),
             Phase("finals", finals, finals, spec.epochs, (len(BASELINES) + silo_variants) * eval_seeds)]
 
 
@@ -219,25 +232,17 @@ def plan(command: str, spec: ExperimentSpec, options) -> list[Phase]:
     CompareOptions), fused as the engine fuses them: one Runner, with `--fuse`, runs every phase of a command."""
     if command == "oracle":
         k = candidates_per_trial(spec, options.fuse)
-        return raced([oracle_phase(spec, options.seeds, options.refine, options.bracket, k)], options.racing)
+        return [oracle_phase(spec, options.seeds, options.refine, options.bracket, k, options.mode)]
     o, fit = options.oracle, options.fit
     k = candidates_per_trial(spec, o.fuse)
     target = fit.target(spec)
-    phases = [oracle_phase(spec, o.seeds, o.refine, o.bracket, k)]
+    phases = [oracle_phase(spec, o.seeds, o.refine, o.bracket, k, o.mode, COMPARED_PER_CYCLE if o.racing else 0)]
     if options.silo_fit:
         phases.append(silo_fit_phase(spec, fit.trials, fit.seeds, target))
     phases.append(silo_paper_phase(spec, o.seeds, target))
-    phases += baselines_phases(spec, o.seeds, options.eval_seeds, 1 + options.silo_fit, oracle_ran=True, fuse=k)
-    return raced(phases, o.racing)
-
-
-def raced(phases: list[Phase], racing: bool) -> list[Phase]:
-    """With racing, the typical counts of the raced phases scaled by `RACING_SHARE`, rounded up."""
-    if not racing:
-        return phases
-    return [dataclasses.replace(p, typical=math.ceil(p.typical * share),
-                                typical_trials=math.ceil(p.typical_trials * share))
-            if (share := RACING_SHARE.get(p.name)) else p for p in phases]
+    phases += baselines_phases(spec, o.seeds, options.eval_seeds, 1 + options.silo_fit, oracle_ran=True, fuse=k,
+                               racing=o.racing)
+    return phases
 
 
 # --- slots and the timing probe ------------------------------------------------------------------------------------

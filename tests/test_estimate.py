@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import os
 import random
 
@@ -16,6 +17,8 @@ from analysis.report import estimate_note
 from oracle_search import estimate
 from oracle_search.cli import main
 from oracle_search.engine import Runner, Started
+from oracle_search.racing import OracleSearch
+from oracle_search.simulate import simulate_oracle, simulate_tuning
 from oracle_search.cluster import trial_slots
 from oracle_search.estimate import ESTIMATE_FILE
 from oracle_search.oracle import run_oracle
@@ -37,7 +40,7 @@ OPTIONS = CompareOptions(oracle=OracleOptions(seeds=3, refine=1, mode="exhaustiv
 #   Cycle m >= 1: the bracket, grid values within x4 of the previous choice p: p in [0.05, 0.08] reaches all 4
 #   (0.02 >= p/4 and 0.2 <= 4p); an off-grid p there (a refined value, e.g. 0.07) adds itself: 5; plus the
 #   dense best (itself possibly a refined value): 6; + 4 refined = 10. Most: 3 seeds x (8 + 2 x 10) = 84.
-#   Typically 3 new values per round: 3 x ((4 + 3) + 2 x (6 + 3)) = 75.
+#   Typically: the Oracle's own search simulated on the accuracy model (`typical` below; tests/test_simulate.py).
 # - silo_fit: 8 trials x 1 seed x cycles 0..2 = 24.
 # - silo_paper: ε + δ on the 3 grid values above ε at most (4 - 1 = 3), then ROUNDS rounds of at most 2 δ; each δ
 #   trains cycle 2 only (cycles 0..q=1 are at ε, the Oracle's own trainings): 3 seeds x (3 + 2 ROUNDS) at most,
@@ -45,9 +48,21 @@ OPTIONS = CompareOptions(oracle=OracleOptions(seeds=3, refine=1, mode="exhaustiv
 # - baselines' tuning: constant, decay, cyclical, cosine (warmup is the Oracle's cycle-0 grid) x 4 x 3 = 48.
 # - finals: 5 baselines + 2 SILO variants, x 3 evaluation seeds x 3 cycles = 63.
 HAND_MOST = {"oracle": 84, "silo_fit": 24, "silo_paper": 3 * (3 + 2 * ROUNDS), "baselines_tune": 48, "finals": 63}
-HAND_TYPICAL = {"oracle": 75, "silo_fit": 24, "silo_paper": 15, "baselines_tune": 48, "finals": 63}
-# Racing (the default): the typical Oracle ⌈75 × 0.46⌉ and tuning ⌈48 × 0.31⌉ (estimate.RACING_SHARE).
-HAND_RACING_TYPICAL = HAND_TYPICAL | {"oracle": 35, "baselines_tune": 15}
+
+
+def typical(mode: str) -> dict[str, int]:
+    """The typical counts: by hand, but the Oracle's and (racing) the tuning's, which are their own searches run on
+    `simulate`'s accuracy model (a racing compare also completes COMPARED_PER_CYCLE values per cycle)."""
+    racing = mode == "racing"
+    search = OracleSearch(SPEC.grid, (0, 1, 2), 1, True, mode)
+    oracle = simulate_oracle(search, 2, 1, 1.0, estimate.COMPARED_PER_CYCLE if racing else 0).trainings
+    tune = simulate_tuning(sorted(SPEC.grid), (0, 1, 2), 4, True, 1, 1.0).trainings if racing else 48
+    return {"oracle": math.ceil(oracle), "silo_fit": 24, "silo_paper": 15, "baselines_tune": math.ceil(tune),
+            "finals": 63}
+
+
+HAND_TYPICAL = typical("exhaustive")
+HAND_RACING_TYPICAL = typical("racing")
 
 
 def test_plan_matches_the_hand_count():
@@ -58,13 +73,16 @@ def test_plan_matches_the_hand_count():
     assert [p.name for p in estimate.plan("oracle", SPEC, OPTIONS.oracle)] == ["oracle"]
 
 
-def test_racing_scales_the_typical_oracle_and_tuning_by_the_measured_shares():
-    """At most, and the phases racing leaves alone, are the exhaustive plan's."""
+def test_racing_takes_the_typical_oracle_and_tuning_from_its_simulated_search():
+    """At most, and the phases racing leaves alone, are the exhaustive plan's; the raced ones train fewer."""
     racing = dataclasses.replace(OPTIONS, oracle=dataclasses.replace(OPTIONS.oracle, mode="racing"))
     phases = {p.name: p for p in estimate.plan("compare", SPEC, racing)}
     assert {n: p.most for n, p in phases.items()} == HAND_MOST
     assert {n: p.typical for n, p in phases.items()} == HAND_RACING_TYPICAL
-    assert [p.typical for p in estimate.plan("oracle", SPEC, racing.oracle)] == [35]
+    assert HAND_RACING_TYPICAL["oracle"] < HAND_TYPICAL["oracle"] <= HAND_MOST["oracle"]
+    assert HAND_RACING_TYPICAL["baselines_tune"] < HAND_TYPICAL["baselines_tune"]
+    alone = math.ceil(simulate_oracle(OracleSearch(SPEC.grid, (0, 1, 2), 1, True, "racing"), 2, 1, 1.0).trainings)
+    assert [p.typical for p in estimate.plan("oracle", SPEC, racing.oracle)] == [alone]  # no verdict to complete
 
 
 def test_widest_bracket_by_hand():
@@ -76,15 +94,17 @@ def test_widest_bracket_by_hand():
 
 def test_fusion_is_counted_in_trials_by_hand():
     """--fuse 4 on SPEC: each round of the Oracle on a seed is ⌈values / 4⌉ trials. Cycle 0: the 4 grid values (1
-    trial) + one round of at most 4 (1); cycles 1, 2: 6 values (2) + one round (1): 3 x (2 + 2 x 3) = 24, at most and
-    typically (3 values fit one trial as 4 do). Baselines' tuning: 4 schedules x 3 seeds, one trial of the 4 grid
-    values each: 12. SILO and the final chains are never fused. The trainings are the same; fp16 is never fused."""
+    trial) + one round of at most 4 (1); cycles 1, 2: 6 values (2) + one round (1): 3 x (2 + 2 x 3) = 24 at most,
+    typically the typical trainings in that proportion. Baselines' tuning: 4 schedules x 3 seeds, one trial of the
+    4 grid values each: 12. SILO and the final chains are never fused. The trainings are the same; fp16 is never
+    fused."""
     fused = {p.name: p for p in estimate.plan("compare", SPEC, dataclasses.replace(
         OPTIONS, oracle=dataclasses.replace(OPTIONS.oracle, fuse=4)))}
     assert {n: p.most for n, p in fused.items()} == HAND_MOST
     assert {n: p.typical for n, p in fused.items()} == HAND_TYPICAL
     assert {n: p.most_trials for n, p in fused.items()} == HAND_MOST | {"oracle": 24, "baselines_tune": 12}
-    assert {n: p.typical_trials for n, p in fused.items()} == HAND_TYPICAL | {"oracle": 24, "baselines_tune": 12}
+    assert {n: p.typical_trials for n, p in fused.items()} == HAND_TYPICAL | {
+        "oracle": math.ceil(HAND_TYPICAL["oracle"] * 24 / 84), "baselines_tune": 12}
     assert fused["oracle"].width == 3 and fused["baselines_tune"].width == 12  # trials handed out at once
     fp16 = dataclasses.replace(SPEC, precision="fp16")
     assert all(p.most_trials == p.most and p.fuse == 1 for p in estimate.plan("oracle", fp16, OracleOptions(fuse=4)))
@@ -245,13 +265,14 @@ def test_report_note_puts_the_estimate_next_to_the_time_taken(tmp_path):
     found = estimate.estimate("oracle", SPEC, OPTIONS.oracle, None, seconds_per_epoch=0.5)
     estimate.write(tmp_path, found)
     record = json.loads((tmp_path / ESTIMATE_FILE).read_text())
-    assert record["seconds"] == pytest.approx(75 * 30 * 0.5 / 2)
+    seconds = HAND_TYPICAL["oracle"] * 30 * 0.5 / 2
+    assert record["seconds"] == pytest.approx(seconds)
     assert "measured" not in estimate_note(tmp_path)
     record["started"] -= 1000.0  # a run that took 1000 s (plus the moment until finish())
     (tmp_path / ESTIMATE_FILE).write_text(json.dumps(record))
     estimate.finish(tmp_path)
     note = estimate_note(tmp_path)
-    assert "562 s" in note and "measured: 1,000 s" in note  # 75 x 30 x 0.5 / 2 = 562.5
+    assert f"{seconds:,.0f} s" in note and "measured: 1,000 s" in note
 
 
 @pytest.mark.slow
