@@ -15,8 +15,8 @@ The counts follow the drivers' rules (docs/design.md, "Which values are trained"
 "Typical" Oracle and baselines' tuning counts come from running the drivers' own searches (`racing.OracleSearch`,
 `racing.tuning_race`, racing or exhaustive as the options say) on a virtual clock against a stated accuracy model
 (`oracle_search.simulate`: a parabola in ln max_lr with the noise and curvature measured on the default), the mean
-of a few simulated runs; a racing `compare` also completes two values per cycle before its verdict. "Typical"
-silo_paper counts one δ round of 2, as the main job of 2026-11-26 ran it. "At most" is the exhaustive plan's
+of a few simulated runs; a racing `compare` also completes two values per cycle before its verdict. silo_paper's δ
+search is simulated the same way (`silo_paper.DeltaPlan` on the model in ln δ). "At most" is the exhaustive plan's
 closed form, whatever the model.
 
 Trials: with fusion (`--fuse`; by default every candidate of a (seed, cycle) on GPUs) the engine trains up to `fuse`
@@ -45,7 +45,6 @@ from trainables.atomic import atomic_write_json
 from trainables.spec import ExperimentSpec, SpecError
 
 FIRST_ROUND_VALUES = 3  # a racing cycle's first round (b and its neighbours) on each seed: the Oracle's width
-TYPICAL_DELTA_ROUNDS = 1
 MOST_ORACLE_VALUES_PER_ROUND = 4  # one per edge of the two intervals (selection.next_values)
 COMPARED_PER_CYCLE = 2  # values a racing compare completes per cycle before its verdict (simulate.simulate_oracle)
 PROBE_STEPS = 100
@@ -181,18 +180,18 @@ def oracle_phase(spec: ExperimentSpec, seeds: int, refine: int, bracket: bool, f
                  count(fuse), math.ceil(typical * count(fuse) / count()), fuse)
 
 
-def silo_paper_phase(spec: ExperimentSpec, seeds: int, target: int) -> Phase:
-    from oracle_search.silo_paper import DELTA_VALUES, PAPER_Q, ROUNDS
+def silo_paper_phase(spec: ExperimentSpec, seeds: int, target: int, racing: bool = False) -> Phase:
+    """At most: the first δ values on every seed, then `ROUNDS` rounds of at most 2. Typically: the δ search
+    (`silo_paper.DeltaPlan`) simulated on the accuracy model (`simulate.simulate_delta`)."""
+    from oracle_search.silo_paper import DELTA_VALUES, ROUNDS, DeltaPlan
+    from oracle_search.simulate import simulate_delta
 
+    plan = DeltaPlan(min(spec.grid), tuple(spec.grid), tuple(range(seeds)), target)
     first = max(1, min(DELTA_VALUES, len(set(spec.grid)) - 1))  # ε + δ on the grid values above ε (or 2ε)
-    shared = max(0, min(PAPER_Q, target) + 1 - 2)  # cycles 0..q at ε; 0 and 1 are the Oracle's trainings
-    per_delta = max(0, target - PAPER_Q)
-    refine = ROUNDS if per_delta else 0
-
-    def count(rounds: int) -> int:
-        return seeds * (shared + (first + 2 * rounds) * per_delta)
-
-    return Phase("silo_paper", count(refine), count(min(refine, TYPICAL_DELTA_ROUNDS)), spec.epochs, seeds * 2)
+    refine = ROUNDS if plan.cycles_per_delta else 0
+    most = seeds * (plan.shared_cycles + (first + 2 * refine) * plan.cycles_per_delta)
+    typical = min(math.ceil(simulate_delta(list(spec.grid), plan.seeds, target, racing, 1, 1.0).trainings), most)
+    return Phase("silo_paper", most, typical, spec.epochs, seeds * 2)
 
 
 def silo_fit_phase(spec: ExperimentSpec, trials: int, fit_seeds: int, target: int) -> Phase:
@@ -239,7 +238,7 @@ def plan(command: str, spec: ExperimentSpec, options) -> list[Phase]:
     phases = [oracle_phase(spec, o.seeds, o.refine, o.bracket, k, o.mode, COMPARED_PER_CYCLE if o.racing else 0)]
     if options.silo_fit:
         phases.append(silo_fit_phase(spec, fit.trials, fit.seeds, target))
-    phases.append(silo_paper_phase(spec, o.seeds, target))
+    phases.append(silo_paper_phase(spec, o.seeds, target, o.racing))
     phases += baselines_phases(spec, o.seeds, options.eval_seeds, 1 + options.silo_fit, oracle_ran=True, fuse=k,
                                racing=o.racing)
     return phases

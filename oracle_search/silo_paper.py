@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from oracle_search.baselines import run_chains
 from oracle_search.engine import Runner
@@ -146,27 +147,68 @@ def _why_stopped(curve: Curve, coarse: list[float], target: int, rounds: int) ->
     return f"{rounds} refinement rounds spent"
 
 
+@dataclass(frozen=True)
+class DeltaPlan:
+    """The δ search (module docstring), written once for its driver (`search_delta`) and the estimate's simulation
+    (`simulate.simulate_delta`): the first candidates, the race (`racing`: a δ shown more than 0.5 points worse
+    than the leader at the target cycle gets no more seeds, and still counts as a tried neighbour; else a race
+    that keeps every δ) and the refinement around the winner, for at most `rounds` rounds."""
+
+    epsilon: float
+    grid: tuple[float, ...]
+    seeds: tuple[int, ...]
+    target: int
+    rounds: int = ROUNDS
+    racing: bool = False
+
+    @property
+    def coarse(self) -> list[float]:
+        return delta_range(self.epsilon, list(self.grid))
+
+    @property
+    def first(self) -> list[float]:
+        return delta_grid(self.epsilon, list(self.grid))
+
+    @property
+    def shared_cycles(self) -> int:
+        """Cycles 0..q train at ε whatever δ is, once per seed; 0 and 1 are the Oracle's own trainings (reused)."""
+        return max(0, min(PAPER_Q, self.target) + 1 - 2)
+
+    @property
+    def cycles_per_delta(self) -> int:
+        """The trainings of one (δ, seed) chain of its own: cycles q+1..target."""
+        return max(0, self.target - PAPER_Q)
+
+    def race(self) -> Race:
+        race = Race(Settings(self.seeds, most_candidates=len(self.first) + 2 * self.rounds), keep_all=not self.racing)
+        race.add(self.first)
+        return race
+
+    def run(self, race: Race, train, slots: int = 1, say: Callable[[str], None] = lambda _: None) -> int:
+        """Run the search (`racing.run_race`); `say` hears each refinement. Returns the refinement rounds."""
+        coarse = self.coarse
+
+        def refine(curve: Curve) -> list[float]:
+            """The δ values the next round adds; none when the target cycle cannot tell δ apart or every δ
+            diverged. Values the racing rule dropped count as tried neighbours."""
+            if self.target <= PAPER_Q or curve.best is None:
+                return []
+            new = next_deltas(curve.best, curve.tried, coarse)[0]
+            if new:
+                say(f"silo_paper: δ = {curve.best:.4g} is best so far; refining with "
+                    f"{', '.join(f'{d:.4g}' for d in new)}")
+            return new
+
+        return run_race(race, train, slots, refine, self.rounds)
+
+
 def search_delta(runner: Runner, epsilon: float, grid: list[float], seeds: list[int],
                  target: int, rounds: int = ROUNDS, racing: bool = False) -> DeltaSearch:
-    """Train the first δ candidates, then refine around the winner until it is bracketed (module docstring).
-    `racing`: the candidates race on the seeds (oracle_search.racing); a δ shown more than 0.5 points worse
-    than the leader at the target cycle gets no more seeds, and still counts as a tried neighbour."""
-    coarse, first = delta_range(epsilon, grid), delta_grid(epsilon, grid)
-    def refine(curve: Curve) -> list[float]:
-        """The δ values the next round adds; none when the target cycle cannot tell δ apart or every δ diverged.
-        Values the racing rule dropped count as tried neighbours."""
-        if target <= PAPER_Q or curve.best is None:
-            return []
-        new = next_deltas(curve.best, curve.tried, coarse)[0]
-        if new:
-            runner.progress.say(f"silo_paper: δ = {curve.best:.4g} is best so far; refining with "
-                                f"{', '.join(f'{d:.4g}' for d in new)}")
-        return new
-
-    race = Race(Settings(tuple(seeds), most_candidates=len(first) + 2 * rounds), keep_all=not racing)
-    race.add(first)
-    done = run_race(race, lambda pairs: _train(runner, epsilon, pairs, target), runner.slots(), refine, rounds)
-    curve, dropped = race.curve(), dict(race.dropped)
+    """Train the first δ candidates, then refine around the winner until it is bracketed (`DeltaPlan`)."""
+    plan = DeltaPlan(epsilon, tuple(grid), tuple(seeds), target, rounds, racing)
+    race = plan.race()
+    done = plan.run(race, lambda pairs: _train(runner, epsilon, pairs, target), runner.slots(), runner.progress.say)
+    curve, dropped, coarse = race.curve(), dict(race.dropped), plan.coarse
     why = _why_stopped(curve, coarse, target, rounds)
     dead = curve.diverged.any(axis=1)
     scores = {float(d): None if dead[d] else float(m) for d, m in curve.mean().items()}

@@ -10,8 +10,10 @@ A dry run has no accuracies, so it answers from a **stated accuracy model** (`Ac
   noisier, as measured on the default);
 - a training diverges above `diverge` · v*.
 Its constants are the medians measured on the embedded default's exhaustive Oracle runs (module constants below;
-docs/measured.md "The plan simulated"). Another model, grid or preset may drop more or fewer values: the dry run
-says so and gives the exhaustive plan's count as "at most".
+docs/measured.md "The plan simulated"). silo_paper's δ search (`simulate_delta`) runs on the same model in ln δ,
+with ε the grid value nearest the model's dense optimum, the optimum δ* at the geometric centre of δ's range and
+the curvature `DELTA_CURVATURE`. Another model, grid or preset may drop more or fewer values, or refine δ more or
+less: "at most" stays the exhaustive plan's closed form.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ Answer = Callable[[tuple], "dict | None"]  # (race key, (value, seed)) -> a row 
 CURVATURE = 7.0
 NOISE = 0.4 / math.sqrt(2)
 DIVERGE = 4.0
+DELTA_CURVATURE = 3.0  # the default's δ curve at the target cycle (exhaustive seed 0, 2026-11-27): 3 points per ln²
 PEAK = 80.0
 RUNS = 8  # simulated runs averaged per estimate (their noise differs; the counts are their mean)
 
@@ -91,6 +94,10 @@ class AccuracyModel:
                 drawn[item] = {"val_acc": acc, "diverged": item[1][0] > self.diverge * optimum, "seconds": seconds}
             return drawn[item]
         return row
+
+
+def nearest(grid: list[float], x: float) -> float:
+    return min(grid, key=lambda g: abs(math.log(g / x)))
 
 
 @dataclass(frozen=True)
@@ -154,4 +161,23 @@ def simulate_tuning(grid: list[float], seeds: tuple[int, ...], schedules: int, r
         run_races(races, clock, slots)
         counts.append(sum(len(race.rows) for race in races.values()))
         walls.append(clock.now)
+    return Simulated(float(np.mean(counts)), float(np.mean(walls)))
+
+
+def simulate_delta(grid: list[float], seeds: tuple[int, ...], target: int, racing: bool, slots: int, seconds: float,
+                   model: AccuracyModel = AccuracyModel(curvature=DELTA_CURVATURE), runs: int = RUNS) -> Simulated:
+    """silo_paper's δ search (`silo_paper.DeltaPlan`, its driver's own) on the model in ln δ, `runs` times: its
+    trainings (each (δ, seed) chain trains cycles q+1..target; cycles 0..q once per seed) and wall time."""
+    from oracle_search.silo_paper import DeltaPlan
+
+    epsilon = nearest(sorted(grid), centre(grid))
+    plan = DeltaPlan(epsilon, tuple(grid), seeds, target, racing=racing)
+    per_pair = plan.cycles_per_delta * seconds
+    counts, walls = [], []
+    for r in range(runs):
+        answer = model.answer(centre(plan.coarse), per_pair, np.random.default_rng(20_000 + r))
+        race, clock = plan.race(), Clock(slots, answer)
+        plan.run(race, clock, slots)
+        counts.append(len(race.rows) * plan.cycles_per_delta + len(seeds) * plan.shared_cycles)
+        walls.append(clock.now + plan.shared_cycles * seconds)
     return Simulated(float(np.mean(counts)), float(np.mean(walls)))

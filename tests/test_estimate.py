@@ -18,7 +18,7 @@ from oracle_search import estimate
 from oracle_search.cli import main
 from oracle_search.engine import Runner, Started
 from oracle_search.racing import OracleSearch
-from oracle_search.simulate import simulate_oracle, simulate_tuning
+from oracle_search.simulate import simulate_delta, simulate_oracle, simulate_tuning
 from oracle_search.cluster import trial_slots
 from oracle_search.estimate import ESTIMATE_FILE
 from oracle_search.oracle import run_oracle
@@ -43,22 +43,24 @@ OPTIONS = CompareOptions(oracle=OracleOptions(seeds=3, refine=1, mode="exhaustiv
 #   Typically: the Oracle's own search simulated on the accuracy model (`typical` below; tests/test_simulate.py).
 # - silo_fit: 8 trials x 1 seed x cycles 0..2 = 24.
 # - silo_paper: ε + δ on the 3 grid values above ε at most (4 - 1 = 3), then ROUNDS rounds of at most 2 δ; each δ
-#   trains cycle 2 only (cycles 0..q=1 are at ε, the Oracle's own trainings): 3 seeds x (3 + 2 ROUNDS) at most,
-#   3 x (3 + 2) with one round.
+#   trains cycle 2 only (cycles 0..q=1 are at ε, the Oracle's own trainings): 3 seeds x (3 + 2 ROUNDS) at most;
+#   typically its search simulated (`typical` below).
 # - baselines' tuning: constant, decay, cyclical, cosine (warmup is the Oracle's cycle-0 grid) x 4 x 3 = 48.
 # - finals: 5 baselines + 2 SILO variants, x 3 evaluation seeds x 3 cycles = 63.
 HAND_MOST = {"oracle": 84, "silo_fit": 24, "silo_paper": 3 * (3 + 2 * ROUNDS), "baselines_tune": 48, "finals": 63}
 
 
 def typical(mode: str) -> dict[str, int]:
-    """The typical counts: by hand, but the Oracle's and (racing) the tuning's, which are their own searches run on
-    `simulate`'s accuracy model (a racing compare also completes COMPARED_PER_CYCLE values per cycle)."""
+    """The typical counts: by hand, but the Oracle's, silo_paper's δ search's and (racing) the tuning's, which are
+    their own searches run on `simulate`'s accuracy model (a racing compare also completes COMPARED_PER_CYCLE values
+    per cycle)."""
     racing = mode == "racing"
     search = OracleSearch(SPEC.grid, (0, 1, 2), 1, True, mode)
     oracle = simulate_oracle(search, 2, 1, 1.0, estimate.COMPARED_PER_CYCLE if racing else 0).trainings
     tune = simulate_tuning(sorted(SPEC.grid), (0, 1, 2), 4, True, 1, 1.0).trainings if racing else 48
-    return {"oracle": math.ceil(oracle), "silo_fit": 24, "silo_paper": 15, "baselines_tune": math.ceil(tune),
-            "finals": 63}
+    delta = simulate_delta(list(SPEC.grid), (0, 1, 2), 2, racing, 1, 1.0).trainings
+    return {"oracle": math.ceil(oracle), "silo_fit": 24, "silo_paper": math.ceil(delta),
+            "baselines_tune": math.ceil(tune), "finals": 63}
 
 
 HAND_TYPICAL = typical("exhaustive")

@@ -52,3 +52,23 @@ def test_the_clock_streams_and_an_unanswered_training_takes_no_time():
 def test_the_centre_of_a_grid_is_its_geometric_mean():
     assert centre([0.01, 1.0]) == pytest.approx(0.1) and centre(list(DEFAULT_GRID)) == pytest.approx(
         math.sqrt(0.01 * 1.28))
+
+
+def test_the_delta_search_on_a_noiseless_model_brackets_its_optimum():
+    """silo_paper's own δ search (`DeltaPlan`) on the model without noise: the winner lies within ×1.25 of δ* (the
+    geometric centre of δ's range) and is bracketed, and the simulated count is its (δ, seed) chains times the
+    cycles each trains (q+1..target) plus the cycles at ε once per seed."""
+    import numpy as np
+
+    from oracle_search.silo_paper import BRACKET, DeltaPlan, bracketed
+    from oracle_search.simulate import DELTA_CURVATURE, nearest, simulate_delta
+
+    grid = list(DEFAULT_GRID)
+    plan = DeltaPlan(nearest(grid, centre(grid)), DEFAULT_GRID, SEEDS, target=6)
+    model = AccuracyModel(curvature=DELTA_CURVATURE, noise=0.0)
+    race = plan.race()
+    plan.run(race, Clock(1, model.answer(centre(plan.coarse), 1.0, np.random.default_rng(0))))
+    best = race.curve().best
+    assert abs(math.log(best / centre(plan.coarse))) <= math.log(BRACKET) and bracketed(best, race.curve().tried)
+    got = simulate_delta(grid, SEEDS, 6, racing=False, slots=1, seconds=1.0, model=model, runs=1)
+    assert got.trainings == len(race.rows) * plan.cycles_per_delta + 3 * plan.shared_cycles
