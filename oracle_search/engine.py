@@ -384,6 +384,13 @@ class Runner:
             raise self._failure(failed or [t.key for t in started.trials if t.key not in rows])
         return rows
 
+    def running(self, started: "Started") -> int:
+        """How many of `started`'s Tune trials (a fused trial once) have neither finished nor failed: the slots it
+        holds."""
+        engine = self.engine
+        with engine.done:
+            return sum(1 for k in started.waiting if k not in engine.finished and k not in engine.failed)
+
     def wait_for_news(self, seen: int, timeout: float = 1.0) -> int:
         """Block until a trial finishes or fails after the count `seen` (or `timeout` passes); the new count."""
         engine = self.engine

@@ -484,7 +484,9 @@ Item = tuple[Hashable, Pair]  # (race key, (value, seed))
 
 class Trainer(Protocol):
     """Trainings started without waiting: `start` hands items over; `wait` blocks until at least one started item
-    finished and returns every item finished since the last call, with its row (None: it cannot be had)."""
+    finished and returns every item finished since the last call, with its row (None: it cannot be had). A trainer
+    that runs several items as one trial (the Runner, fusing candidates) also says how many slots its unfinished
+    items hold (`held`); otherwise each holds one."""
 
     def start(self, items: list[Item]) -> None: ...
 
@@ -528,7 +530,8 @@ def run_races(races: dict[Hashable, Race], train: Trainer | Callable[[list[Item]
         finished.update(got)
 
     def top_up() -> None:
-        free = slots - len(running)
+        # Slots are trials: a fused trial of K candidates holds one slot, not K (`Trainer.held`).
+        free = slots - (trainer.held() if hasattr(trainer, "held") else len(running))
         if free <= 0:
             return
         taken = running | finished.keys()

@@ -79,6 +79,10 @@ class Streaming:
             trials = {item: self.trial_of(*item) for item in items}
             self.started.append((trials, self.runner.start(list(trials.values()))))
 
+    def held(self) -> int:
+        """The Tune trials of the started items still running: a fused trial counts once (`Runner.running`)."""
+        return sum(self.runner.running(started) for _, started in self.started)
+
     def wait(self) -> dict:
         while True:
             got, left = {}, []

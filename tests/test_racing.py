@@ -334,6 +334,45 @@ def test_free_slots_run_the_leaders_and_close_candidates_next_seeds():
     assert list(race.dropped) == [0.8] and race.seeds_of(0.8) == [0, 1]
 
 
+class Fused:
+    """A trainer that runs every `k` started items of one call as one trial (as the Runner fuses a round's
+    candidates of one seed). Items finish one call at a time, in order. It does not say what its items hold, so
+    each counts as a slot (the control)."""
+
+    def __init__(self, table: dict, k: int):
+        self.table, self.k, self.calls, self.started = table, k, [], []
+
+    def start(self, items) -> None:
+        if items:
+            self.calls.append(list(items))
+            self.started.append(list(items))
+
+    def wait(self) -> dict:
+        items = self.started.pop(0)
+        return {item: self.table[item[1]] for item in items}
+
+
+class FusedTrials(Fused):
+    """The same, saying how many trials its unfinished items hold (`racing.Trainer.held`)."""
+
+    def held(self) -> int:
+        return sum(-(-len(items) // self.k) for items in self.started)
+
+
+def test_a_fused_trial_holds_one_slot_so_free_slots_still_run_ahead():
+    """3 close values (nothing dropped), 3 seeds, 2 slots, 4 candidates per trial. Seed 0's round, 3 items, is one
+    trial: one slot is free, and once a look has a leader it takes the leader's next seed ahead. The control counts
+    each item as a slot (the old unit): 3 items fill 2 slots, and nothing ever runs ahead."""
+    table = rows({0.1: [80, 81, 82], 0.2: [80.2, 81.1, 81.9], 0.4: [79.9, 81, 82]})
+    for kind, ahead in ((FusedTrials, True), (Fused, False)):
+        race = Race(Settings(SEEDS, most_candidates=3))
+        race.add([0.1, 0.2, 0.4])
+        trainer = kind(table, 4)
+        run_race(race, trainer, slots=2)
+        started_ahead = any(len(call) < 3 for call in trainer.calls)
+        assert started_ahead == ahead and len(race.rows) == 9
+
+
 def test_an_unanswered_training_is_counted_and_not_asked_again():
     """Also: a pool of one degree of freedom (0.4 − 0.2 = [1, 1] after two seeds) is no estimate, so 0.2 is not
     dropped on it."""
