@@ -12,7 +12,10 @@ The search. It starts from the first `DELTA_VALUES` coarse values from d₁ up. 
 δ instead of max_lr (`Curve.best`: best seed-mean validation accuracy at the target cycle, ties to the
 smaller, a δ diverged on any seed out). Then, as the Oracle refines an edge (`selection.next_values`), each side
 of the winner is refined: with no trained value on that side, the next coarse value outward is tried; with a
-trained neighbour more than ×`BRACKET` away, their geometric midpoint. It stops when both trained neighbours lie
+trained neighbour more than ×`BRACKET` away, their geometric midpoint. While the winner is the last tried value on
+a side and the range goes on there, only that side's next coarse value is tried: the other side's midpoint would
+be wasted once the winner walks on (replayed on the 16 δ tables in benchmarks/results: the same δ on all, 87 % of
+the chains; `benchmarks/delta_search.py`). It stops when both trained neighbours lie
 within ×`BRACKET` (δ is bracketed), when a side has nothing left (the winner sits at the end of the range: not
 bracketed, and said so), or after `ROUNDS` rounds. Cycles 0..q train at ε whatever δ is, so they are trained once
 and reused by every δ (the engine matches identical trainings); a target cycle ≤ q cannot tell δ values apart, so
@@ -65,11 +68,18 @@ def delta_grid(epsilon: float, grid: list[float], n: int = DELTA_VALUES) -> list
 
 
 def next_deltas(winner: float, trained: list[float], coarse: list[float],
-                ratio: float = BRACKET) -> tuple[list[float], list[str]]:
+                ratio: float = BRACKET, walk_first: bool = True) -> tuple[list[float], list[str]]:
     """The δ values to train next around `winner`, and the sides ("below", "above") with nothing left to try
-    because the winner sits at that end of the range."""
+    because the winner sits at that end of the range. `walk_first`: while the winner is the last tried value on a
+    side and the range goes on there, only that side's next coarse value is tried (the other side's midpoint would
+    be wasted once the winner moves on); `False` is the earlier rule, both sides every round."""
     trained = sorted(trained)
     i, new, ends = trained.index(winner), set(), []
+    if walk_first:
+        for beyond in ([d for d in coarse if d < winner * (1 - _EPS)][-1:] if i == 0 else [],
+                       [d for d in coarse if d > winner * (1 + _EPS)][:1] if i == len(trained) - 1 else []):
+            if beyond and all(abs(beyond[0] / t - 1) > _EPS for t in trained):
+                return beyond, ends
     for side, step in (("below", -1), ("above", 1)):
         j = i + step
         if 0 <= j < len(trained):
@@ -160,6 +170,7 @@ class DeltaPlan:
     target: int
     rounds: int = ROUNDS
     racing: bool = False
+    walk_first: bool = True  # `next_deltas`; False: the earlier rule (benchmarks/delta_search.py compares them)
 
     @property
     def coarse(self) -> list[float]:
@@ -193,7 +204,7 @@ class DeltaPlan:
             diverged. Values the racing rule dropped count as tried neighbours."""
             if self.target <= PAPER_Q or curve.best is None:
                 return []
-            new = next_deltas(curve.best, curve.tried, coarse)[0]
+            new = next_deltas(curve.best, curve.tried, coarse, walk_first=self.walk_first)[0]
             if new:
                 say(f"silo_paper: δ = {curve.best:.4g} is best so far; refining with "
                     f"{', '.join(f'{d:.4g}' for d in new)}")
