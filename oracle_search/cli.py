@@ -83,6 +83,9 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
         r = p.add_argument_group("resources")
         for opt, (_, typ, text) in RESOURCE_OVERRIDES.items():
             r.add_argument(opt, type=typ, help=text)
+        r.add_argument("--cudnn-benchmark", action="store_true", default=None,
+                       help="CUDA trials: let cuDNN time its convolution algorithms per shape (off by default until "
+                       "a GPU has measured it faster; results equal within float tolerance, not bitwise)")
         # cluster.yaml exports the cluster's shared storage to every node; an explicit option still wins.
         p.set_defaults(storage_path=os.environ.get("ORACLE_SEARCH_STORAGE") or None)
         r.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
@@ -111,6 +114,8 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
         changes["schedule"] = dataclasses.replace(spec.schedule, name=args.schedule)
     res = {name: v for opt, (name, _, _) in RESOURCE_OVERRIDES.items()
            if (v := getattr(args, opt[2:].replace("-", "_"), None)) is not None}
+    if getattr(args, "cudnn_benchmark", None):
+        res["cudnn_benchmark"] = True
     if res:
         changes["resources"] = dataclasses.replace(spec.resources, **res)
     if getattr(args, "grid", None):  # validated here, so a bad grid never reaches a run

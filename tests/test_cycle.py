@@ -238,3 +238,26 @@ def test_a_cycle_stamps_when_it_started_and_finished_and_the_stamps_reach_its_ro
     assert len({(c.started, c.finished) for c in fused}) == 1 and re.fullmatch(STAMP, fused[0].finished)
     span = pd.to_datetime(fused[0].finished, utc=True) - pd.to_datetime(fused[0].started, utc=True)
     assert span.total_seconds() == pytest.approx(sum(c.seconds for c in fused), abs=0.02)  # shares of the span
+
+
+def test_cudnn_benchmark_is_set_on_cuda_trials_only_when_asked(monkeypatch):
+    """`device_backends`: a CUDA trial sets cuDNN's algorithm search to the spec's `resources.cudnn_benchmark`
+    (off by default); a CPU trial leaves it alone. A CUDA device object needs no GPU, so this runs anywhere."""
+    from trainables.cycle import device_backends
+    from trainables.spec import Resources
+
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    spec = PRESETS["tiny"].spec
+    on = dataclasses.replace(spec, resources=Resources(cudnn_benchmark=True))
+    device_backends(torch.device("cpu"), on)
+    assert torch.backends.cudnn.benchmark is False
+    device_backends(torch.device("cuda"), on)
+    assert torch.backends.cudnn.benchmark is True
+    device_backends(torch.device("cuda"), spec)
+    assert torch.backends.cudnn.benchmark is False and spec.resources.cudnn_benchmark is False
+    from oracle_search.cli import build_parser, spec_from_args
+
+    args = build_parser().parse_args(["compare", "--preset", "tiny", "--out", "x", "--cudnn-benchmark"])
+    assert spec_from_args(args).resources.cudnn_benchmark is True
+    plain = build_parser().parse_args(["compare", "--preset", "tiny", "--out", "x"])
+    assert spec_from_args(plain).resources.cudnn_benchmark is False

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainables.data import CIFAR_MEAN, CIFAR_STD, DATASETS, DataError, random_crop_flip
+from trainables.data import CIFAR_MEAN, CIFAR_STD, DATASETS, DataError, TensorData, crop_offsets, random_crop_flip
 from trainables.plugins import load_data
 from trainables.presets import PRESETS
 from trainables.spec import ExperimentSpec
@@ -92,13 +92,63 @@ def test_batches_cover_the_split_once_and_shuffle_by_generator():
 
 def test_random_crop_flip_is_a_window_of_the_padded_image():
     x = torch.arange(2 * 3 * 8 * 8, dtype=torch.float32).reshape(2, 3, 8, 8)
-    out = random_crop_flip(x, torch.Generator().manual_seed(0), pad=2)
+    out = random_crop_flip(x, crop_offsets(2, 2, torch.Generator().manual_seed(0), x.device, pad=2), pad=2)
     assert out.shape == x.shape
     padded = torch.nn.functional.pad(x, (2, 2, 2, 2))
     for i in range(2):
         windows = [w for dy in range(5) for dx in range(5)
                    for w in (padded[i, :, dy:dy + 8, dx:dx + 8], padded[i, :, dy:dy + 8, dx:dx + 8].flip(2))]
         assert any(torch.equal(out[i], w) for w in windows)
+
+
+def _crops_drawn_per_batch(data, batch_size: int, seed: int) -> list[torch.Tensor]:
+    """The augmented batches as the loop drew them before the draws moved to once per epoch: per batch, dy, dx
+    and flip on the CPU generator, each copied to the data's device."""
+    g = torch.Generator().manual_seed(seed)
+    x, n, pad = data.x["train"], len(data.y["train"]), 4
+    order, out = torch.randperm(n, generator=g), []
+    for start in range(0, n, batch_size):
+        xb = x[order[start:start + batch_size]]
+        m, _, h, w = xb.shape
+        dy, dx = (torch.randint(0, 2 * pad + 1, (m,), generator=g) for _ in range(2))
+        flip = torch.rand(m, generator=g) < 0.5
+        padded = torch.nn.functional.pad(xb, (pad, pad, pad, pad))
+        rows = dy[:, None] + torch.arange(h)
+        cols = torch.where(flip[:, None], (dx[:, None] + torch.arange(w)).flip(1), dx[:, None] + torch.arange(w))
+        out.append(padded.permute(0, 2, 3, 1)[torch.arange(m)[:, None, None], rows[:, :, None], cols[:, None, :]]
+                   .permute(0, 3, 1, 2))
+    return out
+
+
+def test_an_epochs_crops_are_drawn_once_the_same_as_per_batch_and_moved_once(monkeypatch):
+    """The issue's host round trip: three draws and copies per step. Now an epoch's draws are made up front, in the
+    same order (so every crop equals the per-batch draws'), and moved to the device once: iterating the batches
+    calls `Tensor.to` on none of them."""
+    x = torch.arange(70 * 3 * 8 * 8, dtype=torch.float32).reshape(70, 3, 8, 8)
+    data = TensorData({"train": x}, {"train": torch.arange(70) % 10}, 10, augment=True)
+    expected = _crops_drawn_per_batch(data, 32, seed=5)
+    batches = data.batches("train", 32, torch.Generator().manual_seed(5))
+    first = next(batches)[0]  # the epoch's draws are made (and moved) here
+    moves = []
+    original = torch.Tensor.to
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: moves.append(a) or original(self, *a, **k))
+    rest = [xb for xb, _ in batches]
+    assert moves == [] and len(rest) == 2
+    assert all(torch.equal(a, b) for a, b in zip([first, *rest], expected))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: sync-debug mode is CUDA's")
+def test_on_a_gpu_an_augmented_epoch_issues_no_synchronising_copy():
+    data = TensorData({"train": torch.rand(300, 3, 32, 32)}, {"train": torch.arange(300) % 10}, 10,
+                      augment=True).to(torch.device("cuda"))
+    batches = data.batches("train", 128, torch.Generator().manual_seed(0))
+    next(batches)  # the epoch's one upload of the order and the crops
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in batches:
+            pass
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
 
 
 def write_fake_cifar10(root, per_batch: int = 4) -> np.ndarray:

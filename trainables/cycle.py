@@ -90,6 +90,12 @@ def make_optimizer(o: OptimizerSpec, params, lr: float) -> torch.optim.Optimizer
     return torch.optim.RMSprop(params, lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
 
 
+def device_backends(device: torch.device, spec: ExperimentSpec) -> None:
+    """Per-trial backend switches of `device`: cuDNN's algorithm search where the spec asks for it (CUDA only)."""
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = spec.resources.cudnn_benchmark
+
+
 def forward_autocast(device: torch.device, spec: ExperimentSpec):
     return autocast(device, resolve_precision(spec.precision, device))
 
@@ -218,6 +224,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
     started, started_at = time.perf_counter(), utc_now()  # before data loading and model set-up: they are counted
     clock = _Clock(timings)
     device = resolve_device(spec.device)
+    device_backends(device, spec)
     spec = dataclasses.replace(spec, precision=resolve_precision(spec.precision, device))
     data = load_data(spec).to(device)
     clock.lap("data")

@@ -63,21 +63,39 @@ class TensorData:
         x, y = self.x[split], self.y[split]
         n = len(y)
         order = torch.randperm(n, generator=generator).to(x.device) if generator is not None else None
+        crops = crop_offsets(n, batch_size, generator, x.device) if self.augment and generator is not None else None
         for start in range(0, n, batch_size):
             idx = order[start:start + batch_size] if order is not None else slice(start, start + batch_size)
             xb, yb = x[idx], y[idx]
-            if self.augment and generator is not None:
-                xb = random_crop_flip(xb, generator)
+            if crops is not None:
+                xb = random_crop_flip(xb, crops[:, start:start + batch_size])
             yield xb, yb
 
 
-def random_crop_flip(x: torch.Tensor, generator: torch.Generator, pad: int = 4) -> torch.Tensor:
-    """Random crop with `pad` px zero padding and horizontal flip, on the batch's own device."""
+def crop_offsets(n: int, batch_size: int, generator: torch.Generator, device: torch.device,
+                 pad: int = 4) -> torch.Tensor:
+    """An epoch's crop and flip draws, (3, n): row offset, column offset, flip (0/1) per sample. Drawn on the CPU
+    generator batch by batch, in the order the per-batch draws always had, so a seed gives the same crops on any
+    device and as before; then moved to the data's device once per epoch, not three blocking copies per step (on
+    CUDA from pinned memory, without waiting)."""
+    draws = []
+    for start in range(0, n, batch_size):
+        m = min(batch_size, n - start)
+        dy = torch.randint(0, 2 * pad + 1, (m,), generator=generator)
+        dx = torch.randint(0, 2 * pad + 1, (m,), generator=generator)
+        flip = (torch.rand(m, generator=generator) < 0.5).long()
+        draws.append(torch.stack([dy, dx, flip]))
+    offsets = torch.cat(draws, dim=1)
+    if torch.device(device).type == "cuda":
+        return offsets.pin_memory().to(device, non_blocking=True)
+    return offsets.to(device)
+
+
+def random_crop_flip(x: torch.Tensor, offsets: torch.Tensor, pad: int = 4) -> torch.Tensor:
+    """Random crop with `pad` px zero padding and horizontal flip, on the batch's own device; `offsets` (3, n) on
+    that device (`crop_offsets`)."""
     n, _, h, w = x.shape
-    # Offsets are drawn on the CPU generator so a seed gives the same crops on any device.
-    dy = torch.randint(0, 2 * pad + 1, (n,), generator=generator).to(x.device)
-    dx = torch.randint(0, 2 * pad + 1, (n,), generator=generator).to(x.device)
-    flip = (torch.rand(n, generator=generator) < 0.5).to(x.device)
+    dy, dx, flip = offsets[0], offsets[1], offsets[2].bool()
     padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
     rows = dy[:, None] + torch.arange(h, device=x.device)
     cols = dx[:, None] + torch.arange(w, device=x.device)

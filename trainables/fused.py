@@ -26,8 +26,8 @@ from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
 from trainables import fused_native
-from trainables.cycle import (CycleResult, forward_autocast, input_layout, prepare_cycle, state_copy, accuracy, data_order,
-                              finish_cycle, resolve_device)
+from trainables.cycle import (CycleResult, accuracy, data_order, device_backends, finish_cycle, forward_autocast,
+                              input_layout, prepare_cycle, resolve_device, state_copy)
 from trainables.data import Data
 from trainables.plugins import load_data, loss_function
 from trainables.pruning import Masks
@@ -298,6 +298,7 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
         raise ValueError(f"checkpoint_dirs: {len(checkpoint_dirs)} given for {len(max_lrs)} candidates")
     started, started_at = time.perf_counter(), utc_now()  # before data loading and set-up, as run_cycle's
     device = resolve_device(spec.device)
+    device_backends(device, spec)
     spec = dataclasses.replace(spec, precision=resolve_precision(spec.precision, device))
     if spec.precision == "fp16":  # after `auto` is resolved: on a GPU older than capability 8.0 it means fp16
         raise SpecError("precision", "fp16 is never fused: the fused step has no gradient scaler (one shared loss "

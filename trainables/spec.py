@@ -50,6 +50,9 @@ class Resources:
     gpus_per_trial: float = 0.0
     max_concurrent: int = 0  # 0: as many as the cluster fits
     storage_path: str | None = None  # a shared folder or cloud URI; default: under --out
+    # CUDA trials: let cuDNN time its convolution algorithms once per shape (shapes are fixed within a trial). Off
+    # until a GPU has measured it faster; it may pick other algorithms, equal within float tolerance, not bitwise.
+    cudnn_benchmark: bool = False
 
     @property
     def threads(self) -> int:
