@@ -287,9 +287,12 @@ def test_a_real_run_records_its_estimate_and_the_report_prints_it_next_to_the_ti
     record = json.loads((out / ESTIMATE_FILE).read_text())
     # tiny: 3 grid values (0.03, 0.1, 0.3) at cycle 0. Cycle 1: the grid values within x4 of the choice p (all
     # three for p in [0.075, 0.12]) plus p when it is off the grid (4), plus the dense best (5). One seed, no
-    # refinement: 3 + 5 = 8 trainings of 4 epochs, at most and typically.
+    # refinement: 3 + 5 = 8 trainings of 4 epochs at most; typically the exhaustive search simulated (the dense
+    # best is a grid value there, and on the grid: 3 + 3).
+    typical = math.ceil(simulate_oracle(OracleSearch(spec.grid, (0,), 0, True, "exhaustive"), 1, 1, 1.0).trainings)
     assert record["phases"][0]["most"] == 8 and record["phases"][0]["epochs"] == 4
-    assert record["seconds"] == pytest.approx(8 * 4 * 0.01 / 2)
+    assert record["phases"][0]["typical"] == typical == 6
+    assert record["seconds"] == pytest.approx(typical * 4 * 0.01 / 2)
     assert record["finished"] >= record["started"]
     pipeline.report(out)
     report = (out / "report.md").read_text()
