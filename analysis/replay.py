@@ -223,8 +223,9 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int | None = 
     seeds = chain_seeds(oracle, last)
     oracle = oracle[oracle["seed"].isin(seeds)]
     width = slots or 1
-    plans = {mode: OracleSearch(tuple(grid), tuple(seeds), refine if racing_refine is None or mode == "exhaustive"
-                                else racing_refine, use_bracket, mode) for mode in ("exhaustive", "racing")}
+    racing_rounds = refine if racing_refine is None else racing_refine
+    plans = {"exhaustive": OracleSearch(tuple(grid), tuple(seeds), refine, use_bracket, "exhaustive"),
+             "racing": OracleSearch(tuple(grid), tuple(seeds), racing_rounds, use_bracket, "racing")}
 
     records, used, completions, raced = [], [], [], {}
     clocks = {mode: Clock(width) for mode in plans}

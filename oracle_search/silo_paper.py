@@ -75,11 +75,6 @@ def next_deltas(winner: float, trained: list[float], coarse: list[float],
     be wasted once the winner moves on); `False` is the earlier rule, both sides every round."""
     trained = sorted(trained)
     i, new, ends = trained.index(winner), set(), []
-    if walk_first:
-        for beyond in ([d for d in coarse if d < winner * (1 - _EPS)][-1:] if i == 0 else [],
-                       [d for d in coarse if d > winner * (1 + _EPS)][:1] if i == len(trained) - 1 else []):
-            if beyond and all(abs(beyond[0] / t - 1) > _EPS for t in trained):
-                return beyond, ends
     for side, step in (("below", -1), ("above", 1)):
         j = i + step
         if 0 <= j < len(trained):
@@ -89,7 +84,10 @@ def next_deltas(winner: float, trained: list[float], coarse: list[float],
             continue
         beyond = [d for d in coarse if (d < winner * (1 - _EPS) if step < 0 else d > winner * (1 + _EPS))]
         if beyond:
-            new.add(beyond[-1] if step < 0 else beyond[0])
+            outward = beyond[-1] if step < 0 else beyond[0]
+            if walk_first:  # the winner ends what was tried on this side: walk on, alone
+                return [outward], ends
+            new.add(outward)
         else:
             ends.append(side)
     return sorted(d for d in new if all(abs(d / t - 1) > _EPS for t in trained)), ends
