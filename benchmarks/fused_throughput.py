@@ -13,7 +13,9 @@ Fair by construction:
 - each fused K is likewise the median of `--repeats` timings. Warm-up steps are untimed; CUDA is synchronised
   around each timing. Synthetic random 32x32 images already on the device, so only training is timed. An image
   counts once per candidate that trains on it.
-Prints ms per step and images/s of both paths and their ratio. Needs only torch and numpy.
+Prints ms per step and images/s of both paths and their ratio. `--graphs` (CUDA) times a third path: the same
+fused step replayed from a CUDA graph (trainables.fused.GraphedStep; its eager warm-up and capture fall in the
+untimed warm-up), with its speed-up over the eager fused step. Needs only torch and numpy.
 Usage (repo root): python benchmarks/fused_throughput.py [--quick] [--models resnet20,vgg19_bn] [--ks 1,4,8,16,32]
 `--smoke`: the smallest run (ResNet-20 on the CPU, K = 1, 2, one step of 4 images), to check that the script runs
 (tests/test_benchmarks.py); its numbers mean nothing. The last line is the last model's largest K.
@@ -35,11 +37,11 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a bare checkout, nothing installed
 
 from trainables.cycle import make_optimizer, train_step  # noqa: E402
-from trainables.fused import Fused, FusedOptimizer, fused_step  # noqa: E402
+from trainables.fused import Fused, FusedOptimizer, GraphedStep, fused_step  # noqa: E402
 from trainables.models import MODELS  # noqa: E402
 from trainables.precision import resolve_precision  # noqa: E402
 from trainables.pruning import MaskedWeights, full_masks  # noqa: E402
-from trainables.spec import PRECISIONS, ExperimentSpec  # noqa: E402
+from trainables.spec import PRECISIONS, ExperimentSpec, Resources  # noqa: E402
 
 Batches = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -76,8 +78,10 @@ def separate_step(spec: ExperimentSpec, model: nn.Module, device: torch.device, 
     return lambda x, y: train_step(net, optimizer, masked, x, y, spec, device)
 
 
-def fused_step_of(spec: ExperimentSpec, model: nn.Module, k: int, device: torch.device, channels_last: bool):
-    """The K candidates as one fused network, one fused step per batch (native layers where the model has them)."""
+def fused_step_of(spec: ExperimentSpec, model: nn.Module, k: int, device: torch.device, channels_last: bool,
+                  graphed: bool = False):
+    """The K candidates as one fused network, one fused step per batch (native layers where the model has them);
+    `graphed`: replayed from a CUDA graph, as run_fused_cycle does under `Resources.cuda_graphs`."""
     fused = Fused.replicate(model, k)
     if channels_last and fused.net is not None:
         fused.to_channels_last()
@@ -85,6 +89,9 @@ def fused_step_of(spec: ExperimentSpec, model: nn.Module, k: int, device: torch.
     masks = {n: m.to(device, fused.params[n].dtype) for n, m in full_masks(model).items()}  # as run_fused_cycle's
     optimizer = FusedOptimizer(spec.optimizer, fused.params)
     lr = torch.tensor([0.01 * (i + 1) for i in range(k)], device=device)
+    if graphed:
+        graph = GraphedStep(fused, optimizer, masks, spec, device)
+        return (lambda x, y: graph(x, y, lr)), fused.net is not None
     return (lambda x, y: fused_step(fused, optimizer, masks, x, y, lr, spec, device)), fused.net is not None
 
 
@@ -104,6 +111,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, help="timed steps per repeat (default 100; --quick: 20)")
     parser.add_argument("--warmup", type=int, help="untimed steps per path (default 20; --quick: 5)")
     parser.add_argument("--repeats", type=int, default=3, help="timings per path; the median is reported")
+    parser.add_argument("--graphs", action="store_true", help="also time the fused step replayed from a CUDA graph")
+    parser.add_argument("--cudnn-benchmark", default=None, action=argparse.BooleanOptionalAction,
+                        help="cuDNN's per-shape algorithm search (default: on CUDA)")
     parser.add_argument("--quick", action="store_true", help="fewer steps, for a first look")
     parser.add_argument("--smoke", action="store_true", help="the smallest run (CPU, ResNet-20, K = 1, 2, one "
                         "step of 4 images): does it run?")
@@ -113,6 +123,8 @@ def main(argv: list[str] | None = None) -> None:
         args.steps, args.warmup, args.repeats = 1, 1, 1
     if args.repeats < 1:
         parser.error("--repeats: at least 1")
+    if args.graphs and not args.device.startswith("cuda"):
+        parser.error("--graphs: CUDA graphs need --device cuda")
 
     device = torch.device(args.device)
     steps = args.steps or (20 if args.quick else 100)
@@ -120,7 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     channels_last = device.type == "cuda" if args.channels_last is None else args.channels_last
     precision = resolve_precision(args.precision, device)
     ks = [int(k) for k in args.ks.split(",")]
-    torch.backends.cudnn.benchmark = device.type == "cuda"
+    cudnn_benchmark = device.type == "cuda" if args.cudnn_benchmark is None else args.cudnn_benchmark
+    torch.backends.cudnn.benchmark = cudnn_benchmark
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(args.batch_size, 3, 32, 32, generator=g).to(device),
                 torch.randint(0, 10, (args.batch_size,), generator=g).to(device)) for _ in range(8)]
@@ -128,14 +141,15 @@ def main(argv: list[str] | None = None) -> None:
         batches = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in batches]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()} CPUs"
     print(f"device {device} ({name}), torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"precision {precision}, channels_last {channels_last}, batch {args.batch_size}, warm-up {warmup}, "
+          f"precision {precision}, channels_last {channels_last}, cudnn.benchmark {cudnn_benchmark}, batch {args.batch_size}, warm-up {warmup}, "
           f"{steps} timed steps x {args.repeats} repeats (median; min-max in brackets)")
     print(f"{'model':<10} {'K':>3} {'path':<8} {'sep ms/step':>11} {'fused ms/step':>13} {'sep img/s':>10} "
-          f"{'fused img/s':>11} {'ratio':>6}  spread ms (sep | fused)")
+          f"{'fused img/s':>11} {'ratio':>6}  spread ms (sep | fused)"
+          + (f" {'graph ms/step':>13} {'graph/eager':>11}  graph spread ms" if args.graphs else ""))
     for model_name in args.models.split(","):
         # The spec's switch converts inputs on CUDA only; the batches are laid out above for any device.
-        spec = ExperimentSpec(model=model_name, device=device.type, precision=precision,
-                              channels_last=channels_last)
+        spec = ExperimentSpec(model=model_name, device=device.type, precision=precision, batch_size=args.batch_size,
+                              channels_last=channels_last, resources=Resources(cuda_graphs=args.graphs))
         torch.manual_seed(0)
         model = MODELS[model_name]((3, 32, 32), 10).to(device)
         sep, sep_all = median_seconds(separate_step(spec, model, device, channels_last), batches, warmup, steps,
@@ -144,9 +158,16 @@ def main(argv: list[str] | None = None) -> None:
             step, native = fused_step_of(spec, model, k, device, channels_last)
             fused, fused_all = median_seconds(step, batches, warmup, steps, args.repeats, device)
             sep_rate, fused_rate = args.batch_size / sep, k * args.batch_size / fused
+            graph_cols = ""
+            if args.graphs:
+                del step
+                step, _ = fused_step_of(spec, model, k, device, channels_last, graphed=True)
+                graph, graph_all = median_seconds(step, batches, max(warmup, GraphedStep.WARMUP + 1), steps,
+                                                  args.repeats, device)
+                graph_cols = f" {1e3 * graph:>13.2f} {fused / graph:>11.2f}  {_spread(graph_all)}"
             print(f"{model_name:<10} {k:>3} {'native' if native else 'vmap':<8} {1e3 * sep:>11.2f} "
                   f"{1e3 * fused:>13.2f} {sep_rate:>10.0f} {fused_rate:>11.0f} {fused_rate / sep_rate:>6.2f}  "
-                  f"{_spread(sep_all)} | {_spread(fused_all)}", flush=True)
+                  f"{_spread(sep_all)} | {_spread(fused_all)}{graph_cols}", flush=True)
             del step
             if device.type == "cuda":
                 torch.cuda.empty_cache()

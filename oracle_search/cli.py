@@ -86,6 +86,10 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
         r.add_argument("--cudnn-benchmark", action="store_true", default=None,
                        help="CUDA trials: let cuDNN time its convolution algorithms per shape (off by default until "
                        "a GPU has measured it faster; results equal within float tolerance, not bitwise)")
+        r.add_argument("--cuda-graphs", action="store_true", default=None,
+                       help="fused CUDA trials (--fuse > 1): replay each training step from a CUDA graph, one launch "
+                       "instead of ~1,000 (needs --device cuda and sgd or rmsprop; off by default until a GPU has "
+                       "measured it faster; results equal within float tolerance)")
         # cluster.yaml exports the cluster's shared storage to every node; an explicit option still wins.
         p.set_defaults(storage_path=os.environ.get("ORACLE_SEARCH_STORAGE") or None)
         r.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
@@ -114,8 +118,9 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
         changes["schedule"] = dataclasses.replace(spec.schedule, name=args.schedule)
     res = {name: v for opt, (name, _, _) in RESOURCE_OVERRIDES.items()
            if (v := getattr(args, opt[2:].replace("-", "_"), None)) is not None}
-    if getattr(args, "cudnn_benchmark", None):
-        res["cudnn_benchmark"] = True
+    for switch in ("cudnn_benchmark", "cuda_graphs"):
+        if getattr(args, switch, None):
+            res[switch] = True
     if res:
         changes["resources"] = dataclasses.replace(spec.resources, **res)
     if getattr(args, "grid", None):  # validated here, so a bad grid never reaches a run

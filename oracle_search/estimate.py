@@ -251,15 +251,17 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS, fuse: int = 1) ->
     10 untimed ones) scaled to the epoch's steps, plus one validation pass (CPU time on one CPU thread). A
     training shorter than `steps` is timed over its own length: the probe never costs more than one training.
     `fuse` > 1: the steps and the pass of a fused network of that many candidates (`trainables.fused`), each
-    time divided by them: one candidate's share, as a fused trial spends it."""
+    time divided by them: one candidate's share, as a fused trial spends it; replayed from a CUDA graph where the
+    spec asks for one (its eager warm-up and capture fall in the untimed steps), with the trial's cuDNN setting."""
     import torch
 
-    from trainables.cycle import accuracy, make_optimizer, resolve_device, train_step
-    from trainables.fused import Fused, FusedOptimizer, fused_accuracy, fused_step
+    from trainables.cycle import accuracy, device_backends, make_optimizer, resolve_device, train_step
+    from trainables.fused import Fused, FusedOptimizer, GraphedStep, fused_accuracy, fused_step
     from trainables.plugins import build_model, load_data
     from trainables.pruning import MaskedWeights, full_masks
 
     device = resolve_device(spec.device)
+    device_backends(device, spec)
     data = load_data(spec).to(device)
     torch.manual_seed(spec.seed)
     model = build_model(spec.model, data.input_shape, data.num_classes).to(device)
@@ -269,8 +271,11 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS, fuse: int = 1) ->
         fused_optimizer = FusedOptimizer(spec.optimizer, fused.params)
         masks = {name: m.to(fused.params[name].dtype) for name, m in full_masks(model).items()}
         lrs = torch.full((fuse,), min(spec.grid), device=device)
+        graph = GraphedStep(fused, fused_optimizer, masks, spec, device) if spec.resources.cuda_graphs else None
 
         def train(x, y):
+            if graph is not None:
+                return graph(x, y, lrs).sum()
             return fused_step(fused, fused_optimizer, masks, x, y, lrs, spec, device).sum()
     else:
         optimizer = make_optimizer(spec.optimizer, model.parameters(), min(spec.grid))

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# The GPU checks behind the README's GPU figures, in one run of under 5 minutes on a lent GPU machine that has
+# The GPU checks of issue 41 (paper scale on GPUs), in one run of about 6 minutes on a lent GPU machine that has
 # PyTorch but no Ray. Stages, in order, each writing its result under OUT as soon as it finishes:
-#   1. benchmarks/gpu_tune_trial.py: a plain and a fused Ray Tune trial training one cycle on the GPU;
-#   2. benchmarks/fused_throughput.py: fused max_lr candidates against separate runs (ResNet-20, VGG-19,
-#      K = 1, 4, 8, 16, 32; same precision and memory format for both);
-#   3. a full `compare` on the resnet20-cifar10 preset on synthetic CIFAR-shaped data (torchvision's folder
-#      format, written here), through Ray with 4 trials sharing the GPU (--gpus-per-trial 0.25);
-#   4. GPU utilisation sampled from nvidia-smi every second during stage 3, and its mean and peak.
-# --cpu rehearses every stage on a machine without a GPU (tests/test_fused.py runs it): a fake Ray GPU in stage 1,
-# a few steps in stage 2, CPU trials on two grid values in stage 3 (--cpus-per-trial 0.5), the load average
-# sampled in stage 4.
+#   1. the tests that need a GPU: a graphed fused cycle equals the eager one (tests/test_fused.py), and an epoch's
+#      batches issue no blocking copy under CUDA's sync-debug mode (tests/test_data.py);
+#   2. benchmarks/fused_throughput.py --graphs: fused steps eager and replayed from a CUDA graph against separate
+#      runs (ResNet-20, VGG-19; K = 1, 4, 8, 16, 32; median of 3 repeats), cuDNN's algorithm search on;
+#   3. the same at K = 1 and 8 with cuDNN's algorithm search off, to weigh --cudnn-benchmark;
+#   4. a paper-shaped ResNet-20 cycle at 1/10 length (the resnet20-cifar10 preset's dense cycle, 18 of its 179
+#      epochs, 45,000 synthetic CIFAR-shaped training images), racing on 2 seeds through Ray with 2 fused trials
+#      sharing the GPU: first the dry run's estimate (its timing probe on this GPU), then the run, with GPU
+#      utilisation sampled every second. --cuda-graphs is on when stage 1 passed, and --cudnn-benchmark is on.
+# --cpu rehearses every stage on a machine without a GPU (tests/test_fused.py runs it): the GPU tests skip, a few
+# steps of the benchmark without graphs, and a tiny CPU cycle with the load average sampled instead.
 # Nothing downloads: Ray and the few pure-Python packages a bare machine lacks travel with the checkout, as
-# RAY_TAR (an xz tarball of Ray's unpacked wheel) and WHEELS (a folder of wheels). Results go to OUT (default
-# ./gpu-out). STAGES (default "1 2 3") picks the stages to run, so a rerun on the lent machine can repeat only the
-# ones that failed; stage 4 samples whenever stage 3 runs. Exit status: the number of failed stages.
+# RAY_TAR (an xz tarball of Ray's unpacked wheel, scripts/gpu_carry.sh) and WHEELS (a folder of wheels). Results go
+# to OUT (default ./gpu-out). STAGES (default "1 2 3 4") picks the stages, so a rerun on the lent machine can repeat
+# only the ones that failed. Exit status: the number of failed stages.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cpu=0
@@ -27,7 +29,7 @@ if [ -n "${WHEELS:-}" ]; then
 fi
 py=${PYTHON:-python3}
 export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-stages=" ${STAGES:-1 2 3} "
+stages=" ${STAGES:-1 2 3 4} "
 failed=0
 stage() {  # stage NAME SECONDS CMD...: run CMD under a time limit, its output into OUT/NAME.txt with its exit code
   local name=$1 limit=$2; shift 2
@@ -37,60 +39,68 @@ stage() {  # stage NAME SECONDS CMD...: run CMD under a time limit, its output i
   echo "exit $code after $(( $(date +%s) - start )) s" >> "$out/$name.txt"
   echo "$name: exit $code after $(( $(date +%s) - start )) s"
   [ "$code" = 0 ] || failed=$((failed + 1))
+  return "$code"
 }
 
 {
   if [ "$cpu" = 1 ]; then echo "cpu mode: $(grep -m1 'model name' /proc/cpuinfo)"; else nvidia-smi -L; fi
   "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
-  # Everything the stages import, so a package the carry lacks shows here in seconds, not as three failed stages.
-  "$py" -c "import ray, ray.tune, optuna, pydantic, oracle_search.cli, trainables.tune_adapter
+  # Everything the stages import, so a package the carry lacks shows here in seconds, not as failed stages.
+  "$py" -c "import ray, ray.tune, optuna, pydantic, pytest, oracle_search.cli, trainables.tune_adapter
 print('ray', ray.__version__, 'optuna', optuna.__version__, 'pydantic', pydantic.__version__)"
 } > "$out/0_device.txt" 2>&1
 cat "$out/0_device.txt"
 
 if [ "$cpu" = 1 ]; then
-  [[ $stages = *" 1 "* ]] && stage 1_tune_trial 240 "$py" benchmarks/gpu_tune_trial.py --cpu --k 2 --per-file 30
-  [[ $stages = *" 2 "* ]] && stage 2_fused_throughput 240 "$py" benchmarks/fused_throughput.py --device cpu \
-    --models resnet20,vgg19_bn --ks 1,4 --steps 1 --warmup 1 --repeats 3 --batch-size 4
-  # Only the mechanics are rehearsed: a loaded 2-core machine may need minutes to start Ray and train.
-  # Two grid values instead of four: the same stages, 20 trainings fewer (each costs a Ray actor on 2 cores).
-  per_file=10; grid=0.1,0.4; resources=(--device cpu --cpus-per-trial 0.5 --max-concurrent 4); sample_every=1
-  limit=600
+  bench=(--device cpu --models resnet20,vgg19_bn --steps 1 --warmup 1 --repeats 3 --batch-size 4)
+  ks=(--ks 1,4); ks_off=(--ks 1); graphs=()
+  per_file=10; cycle=(--device cpu --epochs 1 --grid 0.1,0.4 --seeds 1 --cpus-per-trial 0.5 --max-concurrent 2)
+  limits=(240 240 120 600)
 else
-  # Limits that keep the whole run near 6 minutes: a lent machine has 15 minutes in all, starts included.
-  [[ $stages = *" 1 "* ]] && stage 1_tune_trial 75 "$py" benchmarks/gpu_tune_trial.py
-  [[ $stages = *" 2 "* ]] && stage 2_fused_throughput 90 "$py" benchmarks/fused_throughput.py --ks 1,4,8,16,32 \
-    --steps 20 --warmup 5 --repeats 3
-  per_file=400; grid=0.05,0.1,0.2,0.4; resources=(--device cuda --gpus-per-trial 0.25 --cpus-per-trial 1 --max-concurrent 4)
-  sample_every=1; limit=180
+  bench=(--steps 20 --warmup 5 --repeats 3)
+  ks=(--ks 1,4,8,16,32); ks_off=(--ks 1,8); graphs=(--graphs)
+  # 45,000 training and 5,000 validation images (the preset's 10 % split of 50,000) and 10,000 test images.
+  per_file=10000; cycle=(--device cuda --epochs 18 --seeds 2 --gpus-per-trial 0.5 --cpus-per-trial 4
+                         --cudnn-benchmark)
+  limits=(120 170 60 240)  # about 6 minutes in all: a lent machine has 15, starts included
 fi
-if [[ $stages != *" 3 "* ]]; then echo "failed stages: $failed" | tee "$out/summary.txt"; exit "$failed"; fi
+graphs_ok=0
+if [[ $stages = *" 1 "* ]]; then
+  stage 1_gpu_tests "${limits[0]}" "$py" -m pytest -q -p no:cacheprovider -rs tests/test_fused.py tests/test_data.py \
+    -k "graphed_fused_cycle or synchronising" && graphs_ok=1
+fi
+[[ $stages = *" 2 "* ]] && stage 2_fused_throughput "${limits[1]}" "$py" benchmarks/fused_throughput.py "${bench[@]}" \
+  "${ks[@]}" "${graphs[@]}"
+[[ $stages = *" 3 "* ]] && stage 3_cudnn_off "${limits[2]}" "$py" benchmarks/fused_throughput.py "${bench[@]}" \
+  "${ks_off[@]}" --no-cudnn-benchmark
+if [[ $stages != *" 4 "* ]]; then echo "failed stages: $failed" | tee "$out/summary.txt"; exit "$failed"; fi
 
-# Stage 3 and, beside it, stage 4's sampler.
+# Stage 4: the estimate, then the cycle with the sampler beside it.
+[ "$cpu" = 0 ] && [ "$graphs_ok" = 1 ] && cycle+=(--cuda-graphs)
 "$py" -c "import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path
 from gpu_tune_trial import write_fake_cifar10; write_fake_cifar10(Path(sys.argv[1]), int(sys.argv[2]))" \
   "$work/cifar" "$per_file"
+oracle=("$py" -m oracle_search.cli oracle --preset resnet20-cifar10 --dataset cifar10 --data-dir "$work/cifar"
+        --cycles 0 "${cycle[@]}" --out "$work/oracle")
+echo "cycle options: ${cycle[*]}" > "$out/4_estimate.txt"
+timeout 120 "${oracle[@]}" --dry-run >> "$out/4_estimate.txt" 2>&1
+echo "estimate: exit $? ($(grep -m1 '^estimate' "$out/4_estimate.txt"))"
 if [ "$cpu" = 1 ]; then
-  (echo "time,load_1min"; while :; do echo "$(date +%s),$(cut -d' ' -f1 /proc/loadavg)"; sleep "$sample_every"; done) \
+  (echo "time,load_1min"; while :; do echo "$(date +%s),$(cut -d' ' -f1 /proc/loadavg)"; sleep 1; done) \
     > "$out/4_utilisation.csv" &
 else
   (echo "time,utilization_gpu_percent,memory_used_mib"
-   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits \
-     -l "$sample_every") > "$out/4_utilisation.csv" &
+   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1) \
+    > "$out/4_utilisation.csv" &
 fi
 sampler=$!
-stage 3_compare "$limit" "$py" -m oracle_search.cli compare --preset resnet20-cifar10 --dataset cifar10 \
-  --data-dir "$work/cifar" --epochs 1 --cycles 1 --batch-size 64 --grid "$grid" --seeds 1 \
-  --eval-seeds 2 --trials 2 --refine 0 "${resources[@]}" --out "$work/compare"
+stage 4_cycle "${limits[3]}" "${oracle[@]}"
 kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
-cp "$work/compare/report.md" "$out/3_compare_report.md" 2>/dev/null
-tar -czf "$out/3_compare.tgz" -C "$work" compare/results.parquet compare/spec.json 2>/dev/null
+tar -czf "$out/4_cycle.tgz" -C "$work" oracle/results.parquet oracle/spec.json oracle/options.json 2>/dev/null
 # Mean and peak of the sampled column (GPU utilisation %, or the load average in --cpu mode).
 awk -F, 'NR > 1 && $2 != "" { n++; s += $2; if ($2 > m) m = $2 }
          END { if (n) printf "samples %d, mean %.1f, peak %.1f\n", n, s / n, m; else print "no samples"; exit !n }' \
   "$out/4_utilisation.csv" > "$out/4_utilisation.txt"
-code=$?
 echo "4_utilisation: $(cat "$out/4_utilisation.txt")"
-[ "$code" = 0 ] || failed=$((failed + 1))
 echo "failed stages: $failed" | tee "$out/summary.txt"
 exit "$failed"

@@ -372,6 +372,62 @@ def test_a_diverged_candidate_is_frozen_and_disturbs_no_other():
         assert got.val_acc == pytest.approx(sep.val_acc, abs=0.6) and got.epochs == TINY.epochs
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph needs a GPU, and none is here")
+def test_a_graphed_fused_cycle_equals_the_eager_one_on_a_gpu(float64, tmp_path, monkeypatch):
+    """`Resources.cuda_graphs`: on a GPU, run_fused_cycle replaying its step from a CUDA graph gives every candidate
+    the eager fused run's row and checkpoint tensors to 1e-6 relative. Six epochs of 48 images in batches of 20:
+    two full batches and a partial one (run eagerly) per epoch, so the graph is captured after the eager warm-up
+    and replayed; a diverging candidate (3e4) is dropped, and the graph captured again for the others."""
+    made: list[trainables.fused.GraphedStep] = []
+
+    class Recorded(trainables.fused.GraphedStep):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(trainables.fused, "GraphedStep", Recorded)
+    float64(_images(8))
+    spec = dataclasses.replace(IMAGE_SPEC, model="resnet20", device="cuda", epochs=6, batch_size=20,
+                               weights="continue")
+    graphed = dataclasses.replace(spec, resources=dataclasses.replace(spec.resources, cuda_graphs=True))
+    lrs = [0.01, 3e4, 0.1]
+    eager = run_fused_cycle(spec, cycle=0, max_lrs=lrs, seed=3, checkpoint_dirs=[tmp_path / f"e{i}" for i in range(3)])
+    assert not made
+    replayed = run_fused_cycle(graphed, cycle=0, max_lrs=lrs, seed=3,
+                               checkpoint_dirs=[tmp_path / f"g{i}" for i in range(3)])
+    assert len(made) == 1 and made[0].captures >= 1 and made[0].replays >= 8
+    assert [r.diverged for r in replayed] == [False, True, False] == [r.diverged for r in eager]
+    for g, e in zip(replayed, eager):
+        _assert_rows_match(g, e)
+        got, want = load_checkpoint(g.checkpoint)["model"], load_checkpoint(e.checkpoint)["model"]
+        scales = layer_scales(want)
+        for n, t in want.items():
+            if t.is_floating_point():
+                torch.testing.assert_close(got[n], t, rtol=1e-6, atol=1e-6 * scales[n], msg=n)
+            else:
+                assert torch.equal(got[n], t), n
+
+
+def test_cuda_graphs_are_refused_where_they_cannot_apply():
+    """--cuda-graphs is validated at the edge: CUDA only, and never with Adam (its bias correction changes every
+    step, which a captured graph would freeze)."""
+    from oracle_search.cli import build_parser, spec_from_args
+    from trainables.spec import Resources, SpecError, validate
+
+    graphs = Resources(cuda_graphs=True)
+    validate(dataclasses.replace(TINY, device="cuda", resources=graphs))
+    for device in ("cpu", "auto"):
+        with pytest.raises(SpecError, match="cuda-graphs"):
+            validate(dataclasses.replace(TINY, device=device, resources=graphs))
+    with pytest.raises(SpecError, match="cuda-graphs.*Adam"):
+        validate(dataclasses.replace(TINY, device="cuda", resources=graphs, optimizer=OptimizerSpec("adam")))
+    args = build_parser().parse_args(["compare", "--preset", "tiny", "--out", "x", "--device", "cuda",
+                                      "--cuda-graphs"])
+    assert spec_from_args(args).resources.cuda_graphs is True
+    assert spec_from_args(build_parser().parse_args(["compare", "--preset", "tiny", "--out", "x"])
+                          ).resources.cuda_graphs is False
+
+
 def test_invalid_calls_raise():
     with pytest.raises(ValueError, match="schedule"):
         run_fused_cycle(TINY.with_schedule(name="silo"), cycle=0, max_lrs=[0.1, 0.2], seed=0)

@@ -16,6 +16,7 @@ Needs only torch and numpy (no Ray, Optuna or dataset packages), so it runs on a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,6 +268,67 @@ def fused_step(fused: Fused, optimizer: FusedOptimizer, masks: Masks, x: torch.T
     return losses.detach()
 
 
+class GraphedStep:
+    """`fused_step` replayed from one CUDA graph (`Resources.cuda_graphs`). A ResNet-20 step issues about 950 small
+    kernels, and on an H100 their launches, not their arithmetic, bound it; a graph launches them as one.
+
+    - Static shapes: full batches replay the graph. An epoch's last partial batch runs eagerly, on its own, so an
+      epoch sees the same batches and updates as without the graph.
+    - The first `WARMUP` full batches run eagerly on a side stream, as PyTorch's whole-network capture does:
+      cuDNN's, cuBLAS's and autograd's lazy set-up must not happen inside the capture, and SGD's first step (its
+      momentum starts as the gradient) takes another path than the steps after it.
+    - The batch and the learning rates are copied into static device tensors before each replay; nothing is read
+      on the host.
+    - `reset` (after `Fused.keep` replaced the stacked tensors) drops the graph; the next full batch captures anew.
+    Only optimizers whose update does not depend on the step count are graphed (the spec refuses Adam, whose bias
+    correction would be frozen at the captured step)."""
+
+    WARMUP = 3
+
+    def __init__(self, fused: Fused, optimizer: FusedOptimizer, masks: Masks, spec: ExperimentSpec,
+                 device: torch.device):
+        self.fused, self.optimizer, self.masks, self.spec, self.device = fused, optimizer, masks, spec, device
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # x, y, lr
+        self.losses: torch.Tensor | None = None
+        self.warmup = self.WARMUP
+        self.captures = self.replays = 0
+
+    def reset(self) -> None:
+        self.graph = self.static = self.losses = None
+        self.warmup = 1  # the optimizer's state exists: one eager step suffices before the next capture
+
+    def _eager(self, x: torch.Tensor, y: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
+        return fused_step(self.fused, self.optimizer, self.masks, x, y, lr, self.spec, self.device)
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
+        if len(y) != self.spec.batch_size:  # the partial last batch: another shape
+            return self._eager(x, y, lr)
+        if self.warmup > 0:
+            self.warmup -= 1
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                losses = self._eager(x, y, lr)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            return losses
+        if self.graph is None:
+            self.static = (x.clone(), y.clone(), lr.clone())
+            self.fused.zero_grad()
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):  # records the step; runs nothing (the replay below does)
+                self.losses = self._eager(*self.static)
+            self.optimizer.steps -= 1  # the capture counted a step that the replay below takes
+            self.captures += 1
+        else:
+            for static, new in zip(self.static, (x, y, lr)):
+                static.copy_(new)
+        self.graph.replay()
+        self.optimizer.steps += 1
+        self.replays += 1
+        return self.losses
+
+
 @torch.no_grad()
 def fused_accuracy(fused: Fused, data: Data, split: str, spec: ExperimentSpec,
                    device: torch.device) -> list[float]:
@@ -316,6 +378,9 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
     if device.type == "cuda" and spec.channels_last and len(data.input_shape) == 3 and fused.net is not None:
         fused.to_channels_last()  # as run_cycle's model
     optimizer = FusedOptimizer(spec.optimizer, fused.params)
+    if spec.resources.cuda_graphs and fused.net is None:
+        raise SpecError("cuda-graphs", f"{spec.model} has no natively fused layers to capture (it runs through "
+                        "vmap); train it without --cuda-graphs")
     lr_dtype = next(iter(fused.params.values())).dtype
     # In the parameters' dtype once, as run_cycle's MaskedWeights: a bool mask would be converted at every step.
     step_masks = {name: mask.to(fused.params[name].dtype) for name, mask in masks.items()}
@@ -323,6 +388,11 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
     total = spec.epochs * steps_per_epoch
     # The same data order as run_cycle's for this (seed, cycle): every candidate sees the same batches.
     generator = data_order(seed, cycle)
+    step_fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    if spec.resources.cuda_graphs:  # the spec allows it on CUDA only
+        step_fn = GraphedStep(fused, optimizer, step_masks, spec, device)
+    else:
+        step_fn = functools.partial(fused_step, fused, optimizer, step_masks, spec=spec, device=device)
 
     active = list(range(k))  # slot -> candidate
     best = {name: t.detach().clone() for name, t in (fused.params | fused.buffers).items()}  # per candidate
@@ -336,7 +406,7 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
         table = torch.tensor([[lr_at(t, total, peaks[c], spec.schedule) for c in active]
                               for t in range(step, step + steps_per_epoch)], dtype=lr_dtype, device=device)
         for i, (x, y) in enumerate(data.batches("train", spec.batch_size, generator)):
-            epoch_loss += fused_step(fused, optimizer, step_masks, x, y, table[i], spec, device)
+            epoch_loss += step_fn(x, y, table[i])
         step += steps_per_epoch
         for c in active:
             epochs_run[c] = epoch
@@ -350,6 +420,8 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
                 break
             fused.keep(keep)
             optimizer.keep(keep, fused.params)
+            if isinstance(step_fn, GraphedStep):
+                step_fn.reset()
         val = fused_accuracy(fused, data, "val", spec, device)
         improved = [slot for slot, c in enumerate(active) if val[slot] > best_val[c]]
         if improved:

@@ -53,6 +53,9 @@ class Resources:
     # CUDA trials: let cuDNN time its convolution algorithms once per shape (shapes are fixed within a trial). Off
     # until a GPU has measured it faster; it may pick other algorithms, equal within float tolerance, not bitwise.
     cudnn_benchmark: bool = False
+    # Fused CUDA trials: replay each training step from a CUDA graph (trainables.fused.GraphedStep). Off until a GPU
+    # has measured it faster; equal to the eager step within float tolerance.
+    cuda_graphs: bool = False
 
     @property
     def threads(self) -> int:
@@ -227,6 +230,11 @@ def validate(s: ExperimentSpec) -> None:
         raise SpecError("gpus-per-trial", f"must be >= 0, got {r.gpus_per_trial!r}")
     if not isinstance(r.max_concurrent, int) or r.max_concurrent < 0:
         raise SpecError("max-concurrent", f"must be an integer >= 0, got {r.max_concurrent!r}")
+    if r.cuda_graphs and s.device != "cuda":
+        raise SpecError("cuda-graphs", f"captures CUDA work: needs --device cuda, got {s.device!r}")
+    if r.cuda_graphs and s.optimizer.name == "adam":
+        raise SpecError("cuda-graphs", "Adam's bias correction changes every step and a graph would freeze it; "
+                        "use sgd or rmsprop, or train without --cuda-graphs")
 
 
 def _validate_schedule(sc: ScheduleSpec) -> None:
