@@ -62,7 +62,7 @@ else
   # 45,000 training and 5,000 validation images (the preset's 10 % split of 50,000) and 10,000 test images.
   per_file=10000; cycle=(--device cuda --epochs 18 --seeds 2 --gpus-per-trial 0.5 --cpus-per-trial 4
                          --cudnn-benchmark)
-  limits=(120 170 60 240)  # about 6 minutes in all: a lent machine has 15, starts included
+  limits=(90 150 45 200)  # about 6 minutes in all, the estimate's 90 s included: a lent machine has 15
 fi
 graphs_ok=0
 if [[ $stages = *" 1 "* ]]; then
@@ -83,7 +83,7 @@ from gpu_tune_trial import write_fake_cifar10; write_fake_cifar10(Path(sys.argv[
 oracle=("$py" -m oracle_search.cli oracle --preset resnet20-cifar10 --dataset cifar10 --data-dir "$work/cifar"
         --cycles 0 "${cycle[@]}" --out "$work/oracle")
 echo "cycle options: ${cycle[*]}" > "$out/4_estimate.txt"
-timeout 120 "${oracle[@]}" --dry-run >> "$out/4_estimate.txt" 2>&1
+timeout 90 "${oracle[@]}" --dry-run >> "$out/4_estimate.txt" 2>&1
 echo "estimate: exit $? ($(grep -m1 '^estimate' "$out/4_estimate.txt"))"
 if [ "$cpu" = 1 ]; then
   (echo "time,load_1min"; while :; do echo "$(date +%s),$(cut -d' ' -f1 /proc/loadavg)"; sleep 1; done) \
