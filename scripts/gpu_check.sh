@@ -5,7 +5,8 @@
 #      batches issue no blocking copy under CUDA's sync-debug mode (tests/test_data.py);
 #   2. benchmarks/fused_throughput.py --graphs: fused steps eager and replayed from a CUDA graph against separate
 #      runs (ResNet-20, VGG-19; K = 1, 4, 8, 16, 32; median of 3 repeats), cuDNN's algorithm search on;
-#   3. the same at K = 1 and 8 with cuDNN's algorithm search off, to weigh --cudnn-benchmark;
+#   3. the same at K = 1 and 8 (eager) with cuDNN's algorithm search on, then off, back to back, to weigh
+#      --cudnn-benchmark;
 #   4. a paper-shaped ResNet-20 cycle at 1/10 length (the resnet20-cifar10 preset's dense cycle, 18 of its 179
 #      epochs, 45,000 synthetic CIFAR-shaped training images), racing on 2 seeds through Ray with 2 fused trials
 #      sharing the GPU: first the dry run's estimate (its timing probe on this GPU), then the run, with GPU
@@ -67,12 +68,15 @@ fi
 graphs_ok=0
 if [[ $stages = *" 1 "* ]]; then
   stage 1_gpu_tests "${limits[0]}" "$py" -m pytest -q -p no:cacheprovider -rs tests/test_fused.py tests/test_data.py \
-    -k "graphed_fused_cycle or synchronising" && graphs_ok=1
+    -k "graphed or synchronising" && graphs_ok=1
 fi
 [[ $stages = *" 2 "* ]] && stage 2_fused_throughput "${limits[1]}" "$py" benchmarks/fused_throughput.py "${bench[@]}" \
   "${ks[@]}" "${graphs[@]}"
-[[ $stages = *" 3 "* ]] && stage 3_cudnn_off "${limits[2]}" "$py" benchmarks/fused_throughput.py "${bench[@]}" \
-  "${ks_off[@]}" --no-cudnn-benchmark
+if [[ $stages = *" 3 "* ]]; then
+  stage 3_cudnn_on "${limits[2]}" "$py" benchmarks/fused_throughput.py "${bench[@]}" "${ks_off[@]}" --cudnn-benchmark
+  stage 3_cudnn_off "${limits[2]}" "$py" benchmarks/fused_throughput.py "${bench[@]}" "${ks_off[@]}" \
+    --no-cudnn-benchmark
+fi
 if [[ $stages != *" 4 "* ]]; then echo "failed stages: $failed" | tee "$out/summary.txt"; exit "$failed"; fi
 
 # Stage 4: the estimate, then the cycle with the sampler beside it.

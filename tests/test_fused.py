@@ -412,6 +412,21 @@ def test_a_graphed_fused_cycle_equals_the_eager_one_on_a_gpu(float64, tmp_path, 
                 assert torch.equal(got[n], t), n
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph needs a GPU, and none is here")
+def test_the_probe_times_graphed_copies_in_threads_at_once_on_a_gpu():
+    """The dry run's probe times `together` copies in threads of one process; with `--cuda-graphs` each captures its
+    own graph while the other trains (an H100 run failed here before captures were made one at a time)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from oracle_search.estimate import time_epoch
+    from trainables.spec import Resources
+
+    spec = dataclasses.replace(TINY, device="cuda", resources=Resources(cuda_graphs=True))
+    with ThreadPoolExecutor(2) as pool:
+        timed = list(pool.map(lambda _: time_epoch(spec, steps=20, fuse=2), range(2)))
+    assert all(t["fuse"] == 2 and t["seconds_per_epoch"] > 0 and t["device"].startswith("cuda") for t in timed)
+
+
 def test_cuda_graphs_are_refused_where_they_cannot_apply():
     """--cuda-graphs is validated at the edge: CUDA only, and never with Adam (its bias correction changes every
     step, which a captured graph would freeze)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -284,6 +285,10 @@ class GraphedStep:
     correction would be frozen at the captured step)."""
 
     WARMUP = 3
+    # The dry run's probe times several copies at once in threads of one process. A capture in CUDA's default
+    # ("global") mode is invalidated by any other thread's unsafe call (seen on an H100: the probe's two copies
+    # failed with cudaErrorStreamCaptureInvalidated), so captures are made one at a time and checked per thread.
+    _capturing = threading.Lock()
 
     def __init__(self, fused: Fused, optimizer: FusedOptimizer, masks: Masks, spec: ExperimentSpec,
                  device: torch.device):
@@ -316,8 +321,8 @@ class GraphedStep:
             self.static = (x.clone(), y.clone(), lr.clone())
             self.fused.zero_grad()
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):  # records the step; runs nothing (the replay below does)
-                self.losses = self._eager(*self.static)
+            with self._capturing, torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+                self.losses = self._eager(*self.static)  # recorded, not run: the replay below runs it
             self.optimizer.steps -= 1  # the capture counted a step that the replay below takes
             self.captures += 1
         else:
