@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> None:
         batches = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in batches]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()} CPUs"
     print(f"device {device} ({name}), torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"precision {precision}, channels_last {channels_last}, cudnn.benchmark {cudnn_benchmark}, batch {args.batch_size}, warm-up {warmup}, "
+          f"precision {precision}, channels_last {channels_last}, cudnn.benchmark {cudnn_benchmark}, "
+          f"batch {args.batch_size}, warm-up {warmup}, "
           f"{steps} timed steps x {args.repeats} repeats (median; min-max in brackets)")
     print(f"{'model':<10} {'K':>3} {'path':<8} {'sep ms/step':>11} {'fused ms/step':>13} {'sep img/s':>10} "
           f"{'fused img/s':>11} {'ratio':>6}  spread ms (sep | fused)"

@@ -55,7 +55,7 @@ def main() -> None:
     import ray
     from ray import tune
 
-    from trainables.tune_adapter import cycle_trainable, fused_cycle_trainable
+    from trainables.tune_adapter import cycle_trainable, fused_cycle_trainable, fused_rows
 
     want_device = "cpu" if args.cpu else "cuda"
     with tempfile.TemporaryDirectory() as work:
@@ -80,7 +80,7 @@ def main() -> None:
                 if result.error is not None:
                     fail(f"{name} trial: {result.error}")
                 m = result.metrics
-                rows = m["fused_rows"] if name == "fused" else [m]
+                rows = fused_rows(m) if name == "fused" else [m]
                 if not m["gpu_ids"]:
                     fail(f"{name} trial: ray.get_gpu_ids() was empty inside the trial")
                 devices = sorted({r["device"].split(":")[0] for r in rows})

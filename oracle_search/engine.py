@@ -28,7 +28,7 @@ from trainables.cycle import CycleResult
 from trainables.sources import record_sources, runtime_env
 from trainables.timestamps import utc_now
 from trainables.spec import ExperimentSpec, SpecError
-from trainables.tune_adapter import any_cycle_trainable
+from trainables.tune_adapter import any_cycle_trainable, fused_rows
 
 # What a trial reports that becomes its row: the cycle's own fields (trainables.cycle.CycleResult) that are
 # results-table columns, but its checkpoint's local path (the row holds the storage URI), plus where it ran.
@@ -211,7 +211,8 @@ class Engine:
         owner = self._owner[key][0]
         # A fused trial (several candidates trained as one) reports one row per candidate, each with its own key
         # and checkpoint subfolder; gpu_ids and node_id are the trial's.
-        for metrics in result.get("fused_rows") or [result]:
+        candidates = fused_rows(result)
+        for metrics in candidates or [result]:
             row_key, merged = metrics.get("key") or key, result | metrics
             row = {k: merged[k] for k in ROW_METRICS} | self._owner.get(row_key, self._owner[key])[1].tags
             row |= {"experiment": owner.experiment, "key": row_key, "trial_id": trial.trial_id,
@@ -224,7 +225,7 @@ class Engine:
                 self.finished[row_key] = row
         with self.done:
             if key not in self.finished:  # a fused trial's own key stands for its candidates' rows
-                self.finished[key] = {"key": key, "fused_keys": [m["key"] for m in result["fused_rows"]]}
+                self.finished[key] = {"key": key, "fused_keys": [m["key"] for m in candidates]}
             self.news += 1
             self.done.notify_all()
 

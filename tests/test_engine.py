@@ -304,7 +304,8 @@ def fused_like(config: dict) -> None:
             result = run_cycle(config["spec"], cycle=0, max_lr=lr, seed=config["seed"],
                                checkpoint_dir=Path(work) / f"cand{i:02d}")
             rows.append(result.row() | {"key": key, "fused": len(config["keys"]), "checkpoint_subdir": f"cand{i:02d}"})
-        tune.report({"fused_rows": rows, "gpu_ids": [], "node_id": ray.get_runtime_context().get_node_id()},
+        tune.report({"fused_rows": json.dumps(rows), "gpu_ids": [],
+                     "node_id": ray.get_runtime_context().get_node_id()},
                     checkpoint=tune.Checkpoint.from_directory(work))
 
 
@@ -331,7 +332,7 @@ def test_a_result_is_a_row_only_with_val_acc_or_fused_rows_and_a_checkpoint():
 
     ckpt = object()
     assert incomplete({"val_acc": 1.0}, ckpt) is None
-    assert incomplete({"fused_rows": [{"val_acc": 1.0}]}, ckpt) is None  # a fused trial's candidates
+    assert incomplete({"fused_rows": '[{"val_acc": 1.0}]'}, ckpt) is None  # a fused trial's candidates
     assert incomplete({}, ckpt) == "ended without reporting val_acc"
     assert incomplete({"val_acc": 1.0}, None) == "ended without a checkpoint"
     assert incomplete({"val_acc": 1.0, "final": False}, ckpt) == "ended on an intermediate result"

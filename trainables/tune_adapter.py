@@ -3,6 +3,7 @@ reported with its checkpoint. The only Ray import in `trainables`."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import tempfile
 import time
@@ -93,7 +94,9 @@ def fused_cycle_trainable(config: dict[str, Any]) -> None:
     Config keys: spec, cycle, max_lrs (list of K), seed, start_checkpoint (path or URI, or None; shared by all
     candidates), keys (list of K, one per candidate). SILO specs are rejected (ValueError): SILO has one max_lr.
 
-    Reports ONE result, ``{"fused_rows": [...], "gpu_ids": [...], "node_id": ...}``, where ``fused_rows[i]`` is
+    Reports ONE result, ``{"fused_rows": "[...]", "gpu_ids": [...], "node_id": ...}``, where ``fused_rows`` is a JSON
+    list (read it with `fused_rows`: Tune's TensorBoard logger takes a list of dicts for a histogram and prints the
+    whole of it in a warning) whose item i is
     candidate i's ``CycleResult.row() | {"key": keys[i], "fused": K, "checkpoint_subdir": "cand%02d" % i}``
     (so it carries ``val_acc``, ``diverged``, ``checkpoint_hash``... like a cycle_trainable result), with ONE
     Tune checkpoint whose subfolder ``checkpoint_subdir`` is candidate i's chainable checkpoint: pass
@@ -113,7 +116,12 @@ def fused_cycle_trainable(config: dict[str, Any]) -> None:
                                   start_checkpoint=start_dir, checkpoint_dirs=[root / s for s in subdirs])
         rows = [r.row() | {"key": key, "fused": len(max_lrs), "checkpoint_subdir": sub}
                 for r, key, sub in zip(results, keys, subdirs)]
-        tune.report({"fused_rows": rows} | _placement(), checkpoint=tune.Checkpoint.from_directory(root))
+        tune.report({"fused_rows": json.dumps(rows)} | _placement(), checkpoint=tune.Checkpoint.from_directory(root))
+
+
+def fused_rows(result: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A fused trial's rows, one per candidate, from its result; None for any other result."""
+    return json.loads(result["fused_rows"]) if "fused_rows" in result else None
 
 
 def any_cycle_trainable(config: dict[str, Any]) -> None:
