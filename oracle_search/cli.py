@@ -17,7 +17,7 @@ from oracle_search.config import add_options as add_config_options
 from trainables.errors import CheckpointError, DataError
 from trainables.presets import DEFAULT_PRESET, PRESETS
 from trainables.schedules import SCHEDULE_NAMES, SiloParams, silo_max_lr
-from trainables.spec import PRECISIONS, ExperimentSpec, SpecError, validate_silo
+from trainables.spec import KEEP_CHECKPOINTS, PRECISIONS, ExperimentSpec, SpecError, validate_silo
 
 EXIT_INVALID, EXIT_FAILED = 2, 1
 
@@ -90,6 +90,10 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
                        help="fused CUDA trials (--fuse > 1): replay each training step from a CUDA graph, one launch "
                        "instead of ~1,000 (needs --device cuda and sgd or rmsprop; 1.03-4.8x faster on an H100, "
                        "off by default until confirmed on the tested torch; results equal within float tolerance)")
+        r.add_argument("--keep-checkpoints", choices=KEEP_CHECKPOINTS, default=None,
+                       help="chain (default): delete each checkpoint once no chain, resume or completion can start "
+                       "from it, keeping the Oracle's chosen chain and each final run's last cycle; all: keep every "
+                       "one (VGG-19: about 100 MB each)")
         # cluster.yaml exports the cluster's shared storage to every node; an explicit option still wins.
         p.set_defaults(storage_path=os.environ.get("ORACLE_SEARCH_STORAGE") or None)
         r.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
@@ -121,6 +125,8 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
     for switch in ("cudnn_benchmark", "cuda_graphs"):
         if getattr(args, switch, None):
             res[switch] = True
+    if getattr(args, "keep_checkpoints", None):
+        res["keep_checkpoints"] = args.keep_checkpoints
     if res:
         changes["resources"] = dataclasses.replace(spec.resources, **res)
     if getattr(args, "grid", None):  # validated here, so a bad grid never reaches a run

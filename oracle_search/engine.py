@@ -16,6 +16,7 @@ from typing import Any, Callable
 import ray
 from ray import tune
 
+from oracle_search import retention
 from oracle_search.cluster import allow_pending, connect, trial_slots
 from oracle_search.fusion import fusable
 from oracle_search.ledger import Ledger
@@ -166,6 +167,12 @@ class Engine:
 
     def training(self, key: str) -> Training:
         return self._owner[key][1]
+
+    def starts_in_flight(self) -> set[str]:
+        """The start checkpoints of trials handed over and neither finished nor failed (`retention` keeps them)."""
+        with self.done:
+            return {t.start_checkpoint for key, (_, t) in self._owner.items()
+                    if t.start_checkpoint and key not in self.finished and key not in self.failed}
 
     def owns(self, runner: "Runner", key: str, training: Training) -> None:
         """Record that the Tune trial `key` trains `training` for `runner`."""
@@ -322,6 +329,7 @@ class Runner:
                                  self.trainable, self.max_failures, self.callbacks)
         self._trainings: dict[str, dict] | None = None
         self._checked: set[str] = set()  # start checkpoints verified by _check_starts
+        self._deleted: set[str] = set()  # checkpoints retention deleted or found deleted (not checked again)
 
     def __enter__(self) -> "Runner":
         return self
@@ -329,13 +337,14 @@ class Runner:
     def __exit__(self, exc_type, *exc) -> None:
         self.close(abort=exc_type is not None)
 
-    def run(self, trials: list[Training]) -> dict[str, dict]:
-        """Rows of all `trials`, training only those not already in the ledger; blocks until they finish.
+    def run(self, trials: list[Training], reuse: bool = True) -> dict[str, dict]:
+        """Rows of all `trials`, training only those not already in the ledger; blocks until they finish; then
+        deletes the checkpoints no chain can start from any more (`prune_checkpoints`).
 
         A trial whose training an earlier row already did (the same `training` tag, e.g. the LR-warmup baseline's
         cycle-0 tuning and the Oracle's cycle-0 grid) is not trained again: that row is copied under the trial's
-        key and tags, marked `reused`."""
-        started = self.start(trials)
+        key and tags, marked `reused`; with `reuse` False it is trained again (a checkpoint retention deleted)."""
+        started = self.start(trials, reuse)
         engine = self.engine
         with engine.done:
             while not started.waiting <= (engine.finished.keys() | engine.failed):
@@ -346,13 +355,15 @@ class Runner:
         missing = [t.key for t in trials if t.key not in rows]
         if missing:
             raise self._failure(missing)
+        self.prune_checkpoints()
         return rows
 
-    def start(self, trials: list[Training]) -> "Started":
+    def start(self, trials: list[Training], reuse: bool = True) -> "Started":
         """Hand `trials` to the experiment and return at once (`run` without the wait); `ready` gives their rows
         as they finish."""
         rows = {t.key: row for t in trials if (row := self._hit(t)) is not None}
-        rows |= self._reuse([t for t in trials if t.key not in rows])
+        if reuse:
+            rows |= self._reuse([t for t in trials if t.key not in rows])
         todo, twins = [], []  # twins: a later trial of a training this batch already runs
         leaders: set[str] = set()
         for t in (t for t in trials if t.key not in rows):
@@ -412,6 +423,11 @@ class Runner:
         would otherwise fail every trial of the next cycle, each attempt on a new actor, before the run gives up.
         A start in cloud storage or on another node's disk is checked by its trials."""
         for start in {t.start_checkpoint for t in trials if t.start_checkpoint} - self._checked:
+            if retention.is_deleted(start):
+                n = sum(t.start_checkpoint == start for t in trials)
+                raise RunFailed(f"{n} trial(s) not started: their start checkpoint {start} was deleted by "
+                                "--keep-checkpoints chain; rerun with a new --out, or keep every checkpoint with "
+                                "--keep-checkpoints all")
             if "://" in start or not Path(start).is_dir():
                 continue
             try:
@@ -486,6 +502,18 @@ class Runner:
         if self._own_engine:
             self.engine.close(abort)
 
+    def prune_checkpoints(self, finished: bool = False) -> int:
+        """Under `--keep-checkpoints chain` (the default), delete this folder's checkpoints that no chain, resume
+        or completion can start from (`oracle_search.retention`); `finished`: the command is done. Returns how
+        many were deleted."""
+        if self.spec.resources.keep_checkpoints != "chain":
+            return 0
+        in_flight = self.engine.starts_in_flight()
+        deleted = retention.prune(self.ledger.rows(), finished=finished, in_flight=in_flight, known=self._deleted)
+        if deleted and finished:
+            self.progress.say(f"checkpoints: deleted {deleted} that nothing starts from (--keep-checkpoints chain)")
+        return deleted
+
     def write_results(self):
         return write_results(self.out, self.ledger.rows())
 
@@ -493,5 +521,7 @@ class Runner:
         """A finished training's row, from the engine: into the ledger at once, then on screen."""
         self.ledger.record(row)
         if self._trainings is not None and row.get("training"):
-            self._trainings.setdefault(row["training"], row)
+            cached = self._trainings.setdefault(row["training"], row)
+            if cached["key"] == row["key"]:  # a training run again under its key (`oracle.restore_checkpoints`)
+                self._trainings[row["training"]] = row
         self.progress.trial(row)

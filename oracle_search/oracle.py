@@ -12,8 +12,10 @@ seed trained, keeps its definition. `exhaustive`: every seed trains every value,
 paired differences are defined."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from oracle_search import retention
 from oracle_search.engine import Runner, Training
 from oracle_search.racing import RACING_FILE, OracleSearch, Pool, Race, carry, write_racing
 from oracle_search.schema import Method, Stage
@@ -47,14 +49,35 @@ def mark_selected(runner: Runner, best: dict, ledger_rows: list[dict]) -> dict:
     return best
 
 
+def restore_checkpoints(runner: Runner, cycle: int, starts: dict[int, dict | None],
+                        selected: dict[int, dict]) -> dict[int, dict]:
+    """`selected` with each row whose checkpoint `--keep-checkpoints chain` deleted (an earlier run on this folder
+    did not choose it) trained again, so the next cycle can start from it. The new row replaces the old one in
+    the ledger (moved to ledger/refused/); on the CPU it trains the same numbers, on a GPU equal within rounding."""
+    lost = {s: row for s, row in selected.items() if retention.is_deleted(row["checkpoint"])}
+    if not lost:
+        return selected
+    runner.progress.say(f"  cycle {cycle}: the chosen checkpoint of seed(s) {sorted(lost)} was deleted by an "
+                        "earlier run (--keep-checkpoints chain); training it again")
+    trials = {s: oracle_trial(runner, cycle, s, row["max_lr"], starts[s], Stage(row["stage"]))
+              for s, row in lost.items()}
+    for row in lost.values():
+        runner.ledger.refuse(row["key"])
+    rows = runner.run(list(trials.values()), reuse=False)
+    ledger_rows = runner.ledger.rows()
+    return selected | {s: mark_selected(runner, rows[t.key], ledger_rows) for s, t in trials.items()}
+
+
 def earlier_rows(runner: Runner, cycle: int, starts: dict[int, dict | None]) -> dict[str, dict]:
     """This cycle's Oracle rows already in the ledger that trained from each seed's current start: an earlier run
     may have tried more values (say, with more refinement rounds). The choice counts them, as the analysis
-    does, so b is the same whichever options a rerun was given."""
+    does, so b is the same whichever options a rerun was given. Rows trained for the verdict (`complete`) are
+    not counted: they come after the choice, and a resume must choose what the run chose."""
     mine = {}
     for row in runner.ledger.rows():
         seed = row.get("seed")
         if (row.get("method") == Method.ORACLE.value and row.get("cycle") == cycle and seed in starts
+                and not row.get("for_verdict")
                 and row.get("training") == training_id(runner.spec, cycle, seed, row["max_lr"], starts[seed])):
             mine[row["key"]] = row
     return mine
@@ -110,6 +133,8 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
         ledger_rows = runner.ledger.rows()  # read once per cycle, not once per seed
         at_best = {r["seed"]: r for r in rows.values() if lr_key(r["max_lr"]) == choice.best}
         selected = {s: mark_selected(runner, at_best[s], ledger_rows) for s in seeds}
+        selected = restore_checkpoints(runner, cycle, starts, selected)
+        runner.prune_checkpoints()  # this cycle is decided: the values not chosen are never a start
         outcomes.append(CycleOutcome(cycle, choice, selected, rounds))
         runner.write_results()
         say(f"  cycle {cycle} density {outcomes[-1].density:.1f}%: best max_lr {choice.best:.4g} "
@@ -131,7 +156,10 @@ def complete(runner: Runner, seeds: list[int], targets: dict[int, list[float]]) 
         starts = {s: chain.get((cycle - 1, s)) if cycle else None for s in seeds}
         if any(cycle and start is None for start in starts.values()):
             continue  # a seed's chain does not reach this cycle
-        trials += [oracle_trial(runner, cycle, s, v, starts[s], Stage.REFINE) for v in values for s in seeds]
+        # Tagged in the ledger: the choice counts only the search's own rows (`earlier_rows`), so a resume after
+        # the completions chooses what the run chose.
+        trials += [dataclasses.replace(t, tags=t.tags | {"for_verdict": True})
+                   for v in values for s in seeds for t in [oracle_trial(runner, cycle, s, v, starts[s], Stage.REFINE)]]
     before = len(runner.ledger.rows())
     if trials:
         runner.run(trials)

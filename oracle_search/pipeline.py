@@ -295,6 +295,7 @@ def oracle(spec: ExperimentSpec, out: Path, options: OracleOptions = OracleOptio
     with _runner(spec, Path(out), address, callbacks, options.fuse) as runner:
         _write_estimate(runner, "oracle", options, seconds_per_epoch)
         outcomes = _oracle(runner, options)
+        runner.prune_checkpoints(finished=True)
     estimate.finish(Path(out))
     return outcomes
 
@@ -345,6 +346,7 @@ def fit_silo(spec: ExperimentSpec, out: Path, options: FitOptions = FitOptions()
     with _runner(spec, Path(out), address, callbacks) as runner:
         study = _fit(runner, options)
         runner.write_results()
+        runner.prune_checkpoints(finished=True)
     return study
 
 
@@ -381,6 +383,7 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
                               evaluation_seeds(spec, options.eval_seeds), list(spec.grid),
                               _silo_variants(runner, options, study), racing=options.oracle.racing)
         runner.write_results()
+        runner.prune_checkpoints(finished=True)
     return peaks
 
 
@@ -410,6 +413,7 @@ def run_study(runner, options: CompareOptions):
     if options.oracle.racing:
         _complete_for_verdict(runner, options.oracle)
     runner.write_results()
+    runner.prune_checkpoints(finished=True)
     return study, variants
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -81,3 +82,34 @@ def test_a_racing_compare_races_every_tuning_phase_and_keeps_the_verdict_defined
     assert len(verdict) and not verdict["verdict"].isin(["undefined"]).any() and (verdict["n"] == 3).all()
     report = (out / "report.md").read_text()
     assert "The Oracle raced" in report and "What racing changed" in report and "trained by every seed" not in report
+
+
+def test_chain_retention_resumes_after_sigkill_at_every_phase_boundary(tiny_compare, ray_local, tmp_path):
+    """`--keep-checkpoints chain` (the default) deletes checkpoints while the run goes on. The same compare as the
+    shared run, SIGKILLed at each boundary in turn (an Oracle cycle decided, the Oracle done, silo_fit done, SILO
+    done, a final cycle done, the final sweep done), each time resumed by a new driver: every resume finds what it
+    starts from, and the finished table equals the shared run's row for row. What is left is the Oracle's chosen
+    chain and each final run's last cycle; every other checkpoint left a tombstone."""
+    import sys
+
+    from conftest import cli, ray_env, run_until
+    from oracle_search import retention
+    from oracle_search.ledger import Ledger
+
+    out = tmp_path / "killed"
+    argv = [*TINY_COMPARE, "--out", str(out)]
+    for marker in ("cycle 1 density", "== 2/4", "silo_paper: ε", "== 3/4", "final runs: cycle 0 done", "== 4/4"):
+        run_until([sys.executable, "-m", "oracle_search.cli", *argv], marker, ray_env(ray_local))
+    assert cli(argv) == 0
+
+    science = ["key", "val_acc", "test_acc", "best_epoch", "selected", "diverged"]
+    got = pd.read_parquet(out / "results.parquet")[science].sort_values("key", ignore_index=True)
+    want = pd.read_parquet(tiny_compare.out / "results.parquet")[science].sort_values("key", ignore_index=True)
+    pd.testing.assert_frame_equal(got, want)
+    rows = Ledger(out).rows()
+    kept = {r["checkpoint"] for r in rows if not retention.is_deleted(r["checkpoint"])}
+    chain = {r["checkpoint"] for r in rows if r.get("selected") and r["method"] == "oracle"}
+    heads = {r["checkpoint"] for r in rows if r.get("selected") and r["stage"] == "final"
+             and not any(o.get("training", "").endswith(f"-from{r['checkpoint_hash']}") for o in rows)}
+    assert kept == chain | heads and all(Path(p).is_dir() for p in kept)
+    assert len({r["checkpoint"] for r in rows}) > 3 * len(kept)  # most of them went

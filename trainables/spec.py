@@ -42,6 +42,9 @@ class OptimizerSpec:
     weight_decay: float = 1e-4
 
 
+KEEP_CHECKPOINTS = ("chain", "all")  # Resources.keep_checkpoints
+
+
 @dataclass(frozen=True)
 class Resources:
     """Where and how wide trials run; never part of the science fingerprint."""
@@ -56,6 +59,9 @@ class Resources:
     # Fused CUDA trials: replay each training step from a CUDA graph (trainables.fused.GraphedStep). Off until a GPU
     # has measured it faster; equal to the eager step within float tolerance.
     cuda_graphs: bool = False
+    # Checkpoints: "chain" deletes each once no chain, resume or completion can start from it
+    # (oracle_search.retention); "all" keeps every one.
+    keep_checkpoints: str = "chain"
 
     @property
     def threads(self) -> int:
@@ -230,6 +236,7 @@ def validate(s: ExperimentSpec) -> None:
         raise SpecError("gpus-per-trial", f"must be >= 0, got {r.gpus_per_trial!r}")
     if not isinstance(r.max_concurrent, int) or r.max_concurrent < 0:
         raise SpecError("max-concurrent", f"must be an integer >= 0, got {r.max_concurrent!r}")
+    _choice(r.keep_checkpoints, KEEP_CHECKPOINTS, "keep-checkpoints")
     if r.cuda_graphs and s.device != "cuda":
         raise SpecError("cuda-graphs", f"captures CUDA work: needs --device cuda, got {s.device!r}")
     if r.cuda_graphs and s.optimizer.name == "adam":
