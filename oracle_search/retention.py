@@ -8,9 +8,11 @@ ever started from again, and the ledger says which, so the rule reads the ledger
   completions before the verdict and any rerun start from it.
 - **An Oracle row not chosen is deleted once its cycle is decided**: a row of the same (cycle, seed) trained
   from the same start is chosen.
-- **Any other chain (a final run, silo_paper's δ, silo_fit's trials) keeps only its head**: a row is deleted once
-  a later row has started from its checkpoint (its `training` identity ends with `-from<that checkpoint's
-  hash>`); a resume then reuses that later row, and the head is what the chain continues from.
+- **A final run's chain keeps only its head**: a row is deleted once a later row has started from its checkpoint
+  (its `training` identity ends with `-from<that checkpoint's hash>`); a resume then reuses that later row. Final
+  chains advance together, one cycle per batch, and never branch.
+- **silo_paper's δ search and silo_fit's trials keep theirs until the command ends**: both start new chains from
+  old rows as they go (a new δ continues the cycles every δ shares).
 - **When a command has finished**, every other checkpoint goes too, except each final run's last cycle (the
   trained networks the report describes).
 - **Never** one that a queued or running trial starts from.
@@ -53,9 +55,11 @@ def deletable(rows: list[dict], *, finished: bool, in_flight: set[str] = frozens
             continue
         if _oracle(row):
             gone = not row.get("selected") and (finished or (row["cycle"], row["seed"], _started_from(row)) in decided)
-        else:
+        elif row.get("stage") == Stage.FINAL.value:
             head = row.get("checkpoint_hash") not in started
-            gone = not head or (finished and not (row.get("stage") == Stage.FINAL.value and row.get("selected")))
+            gone = not head or (finished and not row.get("selected"))
+        else:  # the δ search and silo_fit branch new chains from old rows as they go: kept until the end
+            gone = finished
         (drop if gone else keep).add(path)
     return drop - keep
 

@@ -34,12 +34,17 @@ def test_the_oracle_keeps_its_chain_and_drops_the_values_not_chosen_once_a_cycle
     assert "/ck/o1x" in deletable(rows + [other], finished=True)
 
 
-def test_another_chain_keeps_only_its_head_until_the_command_has_finished():
+def test_a_final_chain_keeps_only_its_head_and_the_searches_keep_theirs_until_the_end():
     final = [row(f"f{c}", "constant", "final", c, 1000, f"h-f{c - 1}" if c else "", selected=True) for c in range(3)]
+    # silo_paper's δ search: a new δ (e) branches from the cycle-0 row every δ shares, after d1 started from it
     delta = [row(f"d{c}", "silo_paper", "tune", c, 0, f"h-d{c - 1}" if c else "") for c in range(2)]
-    assert deletable(final + delta, finished=False) == {"/ck/f0", "/ck/f1", "/ck/d0"}
-    # finished: the δ chain's head goes too; a final run's last cycle (the network the report describes) stays
-    assert deletable(final + delta, finished=True) == {"/ck/f0", "/ck/f1", "/ck/d0", "/ck/d1"}
+    fit = [row("t0", "silo_fit", "fit", 0, 0), row("t1", "silo_fit", "fit", 1, 0, "h-t0")]
+    assert deletable(final + delta + fit, finished=False) == {"/ck/f0", "/ck/f1"}
+    branch = row("e1", "silo_paper", "tune", 1, 0, "h-d0")
+    assert deletable(final + delta + fit + [branch], finished=False) == {"/ck/f0", "/ck/f1"}
+    # finished: the searches' rows go too; a final run's last cycle (the network the report describes) stays
+    assert deletable(final + delta + fit + [branch], finished=True) == {
+        "/ck/f0", "/ck/f1", "/ck/d0", "/ck/d1", "/ck/e1", "/ck/t0", "/ck/t1"}
 
 
 def test_a_shared_or_in_flight_checkpoint_is_never_deleted():
