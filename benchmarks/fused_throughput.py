@@ -23,6 +23,7 @@ Usage (repo root): python benchmarks/fused_throughput.py [--quick] [--models res
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import os
 import statistics
@@ -37,7 +38,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a bare checkout, nothing installed
 
 from trainables.cycle import make_optimizer, train_step  # noqa: E402
-from trainables.fused import Fused, FusedOptimizer, GraphedStep, fused_step  # noqa: E402
+from trainables.fused import Fused, FusedOptimizer, GraphedStep, step_function  # noqa: E402
 from trainables.models import MODELS  # noqa: E402
 from trainables.precision import resolve_precision  # noqa: E402
 from trainables.pruning import MaskedWeights, full_masks  # noqa: E402
@@ -78,10 +79,9 @@ def separate_step(spec: ExperimentSpec, model: nn.Module, device: torch.device, 
     return lambda x, y: train_step(net, optimizer, masked, x, y, spec, device)
 
 
-def fused_step_of(spec: ExperimentSpec, model: nn.Module, k: int, device: torch.device, channels_last: bool,
-                  graphed: bool = False):
-    """The K candidates as one fused network, one fused step per batch (native layers where the model has them);
-    `graphed`: replayed from a CUDA graph, as run_fused_cycle does under `Resources.cuda_graphs`."""
+def fused_step_of(spec: ExperimentSpec, model: nn.Module, k: int, device: torch.device, channels_last: bool):
+    """The K candidates as one fused network, one fused step per batch (native layers where the model has them),
+    as run_fused_cycle takes it: replayed from a CUDA graph where `spec.resources.cuda_graphs` says so."""
     fused = Fused.replicate(model, k)
     if channels_last and fused.net is not None:
         fused.to_channels_last()
@@ -89,10 +89,8 @@ def fused_step_of(spec: ExperimentSpec, model: nn.Module, k: int, device: torch.
     masks = {n: m.to(device, fused.params[n].dtype) for n, m in full_masks(model).items()}  # as run_fused_cycle's
     optimizer = FusedOptimizer(spec.optimizer, fused.params)
     lr = torch.tensor([0.01 * (i + 1) for i in range(k)], device=device)
-    if graphed:
-        graph = GraphedStep(fused, optimizer, masks, spec, device)
-        return (lambda x, y: graph(x, y, lr)), fused.net is not None
-    return (lambda x, y: fused_step(fused, optimizer, masks, x, y, lr, spec, device)), fused.net is not None
+    step = step_function(fused, optimizer, masks, spec, device)
+    return (lambda x, y: step(x, y, lr)), fused.net is not None
 
 
 def _spread(values: list[float]) -> str:
@@ -150,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     for model_name in args.models.split(","):
         # The spec's switch converts inputs on CUDA only; the batches are laid out above for any device.
         spec = ExperimentSpec(model=model_name, device=device.type, precision=precision, batch_size=args.batch_size,
-                              channels_last=channels_last, resources=Resources(cuda_graphs=args.graphs))
+                              channels_last=channels_last)
         torch.manual_seed(0)
         model = MODELS[model_name]((3, 32, 32), 10).to(device)
         sep, sep_all = median_seconds(separate_step(spec, model, device, channels_last), batches, warmup, steps,
@@ -162,7 +160,8 @@ def main(argv: list[str] | None = None) -> None:
             graph_cols = ""
             if args.graphs:
                 del step
-                step, _ = fused_step_of(spec, model, k, device, channels_last, graphed=True)
+                graphed = dataclasses.replace(spec, resources=Resources(cuda_graphs=True))
+                step, _ = fused_step_of(graphed, model, k, device, channels_last)
                 graph, graph_all = median_seconds(step, batches, max(warmup, GraphedStep.WARMUP + 1), steps,
                                                   args.repeats, device)
                 graph_cols = f" {1e3 * graph:>13.2f} {fused / graph:>11.2f}  {_spread(graph_all)}"

@@ -521,7 +521,8 @@ class Runner:
         """A finished training's row, from the engine: into the ledger at once, then on screen."""
         self.ledger.record(row)
         if self._trainings is not None and row.get("training"):
-            cached = self._trainings.setdefault(row["training"], row)
-            if cached["key"] == row["key"]:  # a training run again under its key (`oracle.restore_checkpoints`)
+            # The first row of a training, or the same key trained again (`oracle.restore_checkpoints`).
+            cached = self._trainings.get(row["training"])
+            if cached is None or cached["key"] == row["key"]:
                 self._trainings[row["training"]] = row
         self.progress.trial(row)

@@ -256,7 +256,7 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS, fuse: int = 1) ->
     import torch
 
     from trainables.cycle import accuracy, device_backends, make_optimizer, resolve_device, train_step
-    from trainables.fused import Fused, FusedOptimizer, GraphedStep, fused_accuracy, fused_step
+    from trainables.fused import Fused, FusedOptimizer, fused_accuracy, step_function
     from trainables.plugins import build_model, load_data
     from trainables.pruning import MaskedWeights, full_masks
 
@@ -271,12 +271,10 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS, fuse: int = 1) ->
         fused_optimizer = FusedOptimizer(spec.optimizer, fused.params)
         masks = {name: m.to(fused.params[name].dtype) for name, m in full_masks(model).items()}
         lrs = torch.full((fuse,), min(spec.grid), device=device)
-        graph = GraphedStep(fused, fused_optimizer, masks, spec, device) if spec.resources.cuda_graphs else None
+        step = step_function(fused, fused_optimizer, masks, spec, device)
 
         def train(x, y):
-            if graph is not None:
-                return graph(x, y, lrs).sum()
-            return fused_step(fused, fused_optimizer, masks, x, y, lrs, spec, device).sum()
+            return step(x, y, lrs).sum()
     else:
         optimizer = make_optimizer(spec.optimizer, model.parameters(), min(spec.grid))
         masked = MaskedWeights(model, full_masks(model))

@@ -12,7 +12,6 @@ seed trained, keeps its definition. `exhaustive`: every seed trains every value,
 paired differences are defined."""
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from oracle_search import retention
@@ -158,8 +157,8 @@ def complete(runner: Runner, seeds: list[int], targets: dict[int, list[float]]) 
             continue  # a seed's chain does not reach this cycle
         # Tagged in the ledger: the choice counts only the search's own rows (`earlier_rows`), so a resume after
         # the completions chooses what the run chose.
-        trials += [dataclasses.replace(t, tags=t.tags | {"for_verdict": True})
-                   for v in values for s in seeds for t in [oracle_trial(runner, cycle, s, v, starts[s], Stage.REFINE)]]
+        trials += [oracle_trial(runner, cycle, s, v, starts[s], Stage.REFINE, for_verdict=True)
+                   for v in values for s in seeds]
     before = len(runner.ledger.rows())
     if trials:
         runner.run(trials)

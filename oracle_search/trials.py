@@ -36,10 +36,12 @@ def cycle_trial(spec: ExperimentSpec, key: str, cycle: int, seed: int, max_lr: f
                  tags=tags | {"training": training_id(spec, cycle, seed, max_lr, start)})
 
 
-def oracle_trial(runner: Runner, cycle: int, seed: int, lr: float, start: dict | None, stage: Stage) -> Training:
+def oracle_trial(runner: Runner, cycle: int, seed: int, lr: float, start: dict | None, stage: Stage,
+                 **tags) -> Training:
+    """An Oracle training; `tags`: more ledger fields (e.g. `for_verdict`)."""
     return cycle_trial(runner.spec, f"oracle-c{cycle:02d}-s{seed}-lr{grid_key(lr)}{chain_suffix(start)}", cycle,
                        seed, lr, start, {"method": Method.ORACLE.value, "stage": stage.value,
-                                         "schedule": runner.spec.schedule.name})
+                                         "schedule": runner.spec.schedule.name, **tags})
 
 
 def peak_name(spec: ExperimentSpec, lr: float | None) -> str:

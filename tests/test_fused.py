@@ -445,6 +445,16 @@ def test_cuda_graphs_are_refused_where_they_cannot_apply():
     assert spec_from_args(args).resources.cuda_graphs is True
     assert spec_from_args(build_parser().parse_args(["compare", "--preset", "tiny", "--out", "x"])
                           ).resources.cuda_graphs is False
+    # A network without natively fused layers (DenseNet's channel concatenation runs through vmap): nothing to
+    # capture, refused when its trial builds the step (no GPU is touched before that).
+    from trainables.fused import step_function
+
+    model = MODELS["densenet40"]((3, 32, 32), 10)
+    fused = Fused.replicate(model, 2)
+    assert fused.net is None
+    on_cuda = dataclasses.replace(TINY, model="densenet40", device="cuda", resources=graphs)
+    with pytest.raises(SpecError, match="cuda-graphs.*vmap"):
+        step_function(fused, FusedOptimizer(on_cuda.optimizer, fused.params), {}, on_cuda, torch.device("cuda"))
 
 
 def test_invalid_calls_raise():

@@ -334,6 +334,18 @@ class GraphedStep:
         return self.losses
 
 
+def step_function(fused: Fused, optimizer: FusedOptimizer, masks: Masks, spec: ExperimentSpec,
+                  device: torch.device) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The fused step as a trial takes it, (x, y, lr) -> per-slot losses: replayed from a CUDA graph where the spec
+    asks for one (`GraphedStep`; the spec allows it on CUDA only), else `fused_step`."""
+    if not spec.resources.cuda_graphs:
+        return functools.partial(fused_step, fused, optimizer, masks, spec=spec, device=device)
+    if fused.net is None:
+        raise SpecError("cuda-graphs", f"{spec.model} has no natively fused layers to capture (it runs through "
+                        "vmap); train it without --cuda-graphs")
+    return GraphedStep(fused, optimizer, masks, spec, device)
+
+
 @torch.no_grad()
 def fused_accuracy(fused: Fused, data: Data, split: str, spec: ExperimentSpec,
                    device: torch.device) -> list[float]:
@@ -383,9 +395,6 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
     if device.type == "cuda" and spec.channels_last and len(data.input_shape) == 3 and fused.net is not None:
         fused.to_channels_last()  # as run_cycle's model
     optimizer = FusedOptimizer(spec.optimizer, fused.params)
-    if spec.resources.cuda_graphs and fused.net is None:
-        raise SpecError("cuda-graphs", f"{spec.model} has no natively fused layers to capture (it runs through "
-                        "vmap); train it without --cuda-graphs")
     lr_dtype = next(iter(fused.params.values())).dtype
     # In the parameters' dtype once, as run_cycle's MaskedWeights: a bool mask would be converted at every step.
     step_masks = {name: mask.to(fused.params[name].dtype) for name, mask in masks.items()}
@@ -393,11 +402,7 @@ def run_fused_cycle(spec: ExperimentSpec, *, cycle: int, max_lrs: list[float], s
     total = spec.epochs * steps_per_epoch
     # The same data order as run_cycle's for this (seed, cycle): every candidate sees the same batches.
     generator = data_order(seed, cycle)
-    step_fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-    if spec.resources.cuda_graphs:  # the spec allows it on CUDA only
-        step_fn = GraphedStep(fused, optimizer, step_masks, spec, device)
-    else:
-        step_fn = functools.partial(fused_step, fused, optimizer, step_masks, spec=spec, device=device)
+    step_fn = step_function(fused, optimizer, step_masks, spec, device)
 
     active = list(range(k))  # slot -> candidate
     best = {name: t.detach().clone() for name, t in (fused.params | fused.buffers).items()}  # per candidate
