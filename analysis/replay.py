@@ -130,10 +130,10 @@ def replay_tuning(df: pd.DataFrame, spec: dict, seeds: list[int], dense: Curve) 
 def run_options(run: Path, refine: int | None = None, use_bracket: bool | None = None) -> tuple[int, bool]:
     """(refinement rounds, bracket) RUN's Oracle was made with: from its options.json where it recorded them (a
     flag that says otherwise is refused), else the flags, else the defaults of `oracle` and `compare`."""
-    from oracle_search.pipeline import OracleOptions, read_oracle_options
+    from oracle_search.options import OracleOptions, recorded_oracle
     from trainables.spec import SpecError
 
-    recorded = read_oracle_options(run)
+    recorded = recorded_oracle(run)
     if recorded is None:
         default = OracleOptions()
         return (default.refine if refine is None else refine,

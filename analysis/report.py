@@ -320,12 +320,12 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE, rows: pd.DataFr
 
 
 def _with_options(spec: dict | None, out_dir: Path) -> dict | None:
-    """The settings shown: the spec, and the Oracle's options where the run recorded them (options.json: mode,
-    seeds, refinement rounds, bracket, fuse), as `options.oracle.*`."""
-    path = out_dir / "options.json"
-    if spec is None or not path.exists():
-        return spec
-    return spec | {"options": json.loads(path.read_text())}
+    """The settings shown: the spec, and the command options the run recorded (options.json), as `options.*`
+    (e.g. options.oracle.mode, options.fit.trials, options.compare.eval_seeds)."""
+    from oracle_search.options import recorded
+
+    found = recorded(out_dir)
+    return spec | {"options": found} if spec is not None and found else spec
 
 
 def estimate_note(out: Path) -> str | None:

@@ -12,8 +12,8 @@ import importlib
 _EXPORTS = {
     "ExperimentSpec": "trainables.spec", "Preset": "trainables.spec", "SpecError": "trainables.errors",
     "PRESETS": "trainables.presets",
-    "OracleOptions": "oracle_search.pipeline", "FitOptions": "oracle_search.pipeline",
-    "CompareOptions": "oracle_search.pipeline", "CompareResult": "oracle_search.pipeline",
+    "OracleOptions": "oracle_search.options", "FitOptions": "oracle_search.options",
+    "CompareOptions": "oracle_search.options", "CompareResult": "oracle_search.pipeline",
     "oracle": "oracle_search.pipeline", "fit_silo": "oracle_search.pipeline", "baselines": "oracle_search.pipeline",
     "compare": "oracle_search.pipeline", "report": "oracle_search.pipeline", "results": "oracle_search.pipeline",
 }

@@ -14,6 +14,7 @@ import numpy as np
 
 from oracle_search.config import ORACLE_MODES, SPEC_KEY, base_spec, dump, options, parse_args
 from oracle_search.config import add_options as add_config_options
+from oracle_search.options import add_flags
 from trainables.errors import CheckpointError, DataError
 from trainables.presets import DEFAULT_PRESET, PRESETS
 from trainables.schedules import SCHEDULE_NAMES, SiloParams, silo_max_lr
@@ -167,7 +168,7 @@ def parse_grid(text: str) -> tuple[float, ...]:
 def check_inputs(args: argparse.Namespace, spec: ExperimentSpec) -> None:
     from oracle_search.pipeline import check_inputs as check
 
-    check(spec, address=getattr(args, "address", None), study_storage=getattr(args, "study_storage", None))
+    check(spec, address=getattr(args, "address", None), study_storage=getattr(args, "fit.storage", None))
 
 
 # --- commands ----------------------------------------------------------------------------------------------------
@@ -242,28 +243,25 @@ def _silo_fields(spec: ExperimentSpec) -> dict[str, float]:
 
 
 def _oracle_options(args: argparse.Namespace):
-    from oracle_search.pipeline import OracleOptions
+    from oracle_search.options import from_args
 
-    return OracleOptions(seeds=args.seeds, refine=args.refine, bracket=not args.no_bracket, fuse=args.fuse,
-                         mode=args.oracle)
+    return from_args(args, "oracle")
 
 
 def _fit_options(args: argparse.Namespace, spec: ExperimentSpec):
-    from oracle_search.pipeline import FitOptions
+    from oracle_search.options import from_args
 
     ranges = [getattr(args, f"{name}_range") for name in ("epsilon", "delta", "q", "beta")]
-    options = FitOptions(trials=args.trials, seeds=args.fit_seeds, storage=args.study_storage,
-                         target_cycle=args.target_cycle,
-                         space=_search_space(args, spec) if any(r is not None for r in ranges) else None)
+    options = from_args(args, "fit", space=_search_space(args, spec) if any(r is not None for r in ranges) else None)
     options.target(spec)  # checked against the spec here, before anything starts
     return options
 
 
 def _compare_options(args: argparse.Namespace, spec: ExperimentSpec):
-    from oracle_search.pipeline import CompareOptions
+    from oracle_search.options import from_args
 
-    return CompareOptions(oracle=_oracle_options(args), fit=_fit_options(args, spec), eval_seeds=args.eval_seeds,
-                          silo_fit=args.trials > 0, replicates=args.replicates, margin=args.margin)
+    fit = _fit_options(args, spec)
+    return from_args(args, "compare", oracle=_oracle_options(args), fit=fit, silo_fit=fit.trials > 0)
 
 
 def cmd_oracle(args: argparse.Namespace) -> int:
@@ -317,14 +315,13 @@ def cmd_fit_silo(args: argparse.Namespace) -> int:
 
 def cmd_baselines(args: argparse.Namespace) -> int:
     from oracle_search import pipeline
+    from oracle_search.options import from_args
 
     spec = spec_from_args(args)
     # No fitting here: silo_fit's final runs come from this experiment's study when one finished a trial.
-    fit = pipeline.FitOptions(trials=0, seeds=args.fit_seeds, storage=args.study_storage,
-                              target_cycle=args.target_cycle)
+    fit = from_args(args, "fit", trials=0)
     fit.target(spec)
-    options = pipeline.CompareOptions(oracle=pipeline.OracleOptions(seeds=args.seeds), fit=fit,
-                                      eval_seeds=args.eval_seeds, silo_fit=False)
+    options = from_args(args, "compare", oracle=_oracle_options(args), fit=fit, silo_fit=False)
     check_inputs(args, spec)
     peaks = pipeline.baselines(spec, Path(args.out), options, args.address, args.callback)
     print("tuned peaks: " + ", ".join(f"{k} {v:.4g}" for k, v in peaks.items()))
@@ -455,37 +452,11 @@ def build_parser() -> Parser:
     def oracle_options(c: argparse.ArgumentParser) -> None:
         o = c.add_argument_group("Oracle")
         o.add_argument("--grid", help="max_lr values: 0.01,0.02 or log:LO:HI:N (default: the preset's grid)")
-        o.add_argument("--seeds", type=int, default=3, help="tuning seeds, each a chain: b and every max_lr not "
-                       "shown worse are trained on each (default 3: the 'not shown worse' and 'shown within 0.5' "
-                       "sets need several)")
-        o.add_argument("--refine", type=int, default=3, help="most refinement rounds per cycle that resolve the "
-                       "intervals' edges (default 3; racing runs at most 1, on the paper interval's edges; 0: the "
-                       "grid or bracket only)")
-        o.add_argument("--no-bracket", action="store_true", help="train the whole grid at every cycle, not a "
-                       "bracket around the previous choice")
-        o.add_argument("--fuse", type=int, default=0, help="max_lr candidates of one (seed, cycle) trained as one "
-                       "fused network per trial (default 0: all of them with --gpus-per-trial, else 1)")
-        o.add_argument("--oracle", choices=ORACLE_MODES, default="racing",
-                       help="racing (default): a value shown more than 0.5 points worse than the leader gets no "
-                       "more seeds, and from cycle 1 the values walk out from the previous choice until one is "
-                       "shown worse (oracle_search/racing.py; in compare also the baselines' peak-LR tuning and "
-                       "silo_paper's delta search), and before the verdict the values next to each compared "
-                       "schedule are completed; exhaustive: every value on every seed (more trainings, but fewer "
-                       "rounds: sooner on many slots)")
-
-    def study_options(f) -> None:  # what names the study: its seeds, storage and objective
-        f.add_argument("--fit-seeds", type=int, default=1, help="tuning seeds each Optuna trial trains "
-                       "(default 1; the objective is their mean)")
-        f.add_argument("--study-storage", help="Optuna storage URL (PostgreSQL on clusters); default: a journal "
-                       "file under --out")
-        f.add_argument("--target-cycle", type=int, help="cycle whose validation accuracy is the objective "
-                       "(default: the last)")
+        add_flags(o, "oracle")
 
     def fit_options(c: argparse.ArgumentParser, trials: int) -> None:
         f = c.add_argument_group("SILO fitter")
-        f.add_argument("--trials", type=int, default=trials, help=f"Optuna trials the study should hold "
-                       f"(default {trials}); rerun with a larger number to add trials")
-        study_options(f)
+        add_flags(f, "fit", defaults={"trials": trials})
         f.add_argument("--epsilon-range", help="LO:HI (log scale; default: half to twice the Oracle's dense "
                        "max_lr when this --out holds an Oracle run, else the grid's range)")
         f.add_argument("--delta-range", help="LO:HI (default 0:max of the grid)")
@@ -498,17 +469,6 @@ def build_parser() -> Parser:
                        "train nothing, write nothing")
         c.add_argument("--seconds-per-epoch", type=float, help="the estimate's seconds per training epoch "
                        "(default: time a few steps on a worker with one trial's resources)")
-
-    def margin_option(c: argparse.ArgumentParser, default: float | None, says: str) -> None:
-        c.add_argument("--margin", type=float, default=default,
-                       help="equivalence margin in validation- (or test-) accuracy points per compared cycle, summed "
-                       "over the cycles like the advantage: a comparison whose 95 %% interval lies inside "
-                       f"±margin is `equivalent` (default {says})")
-
-    def eval_options(c: argparse.ArgumentParser) -> None:
-        c.add_argument("--eval-seeds", type=int, default=3, help="evaluation seeds of every tuned method's final "
-                       "runs, disjoint from the tuning seeds (default 3, at least 2)")
-
 
     sub.add_parser("presets", help="list the named setups").set_defaults(run=cmd_presets)
 
@@ -546,21 +506,17 @@ def build_parser() -> Parser:
     c = sub.add_parser("baselines", help="tune the benchmark schedules, then run them, silo_paper and silo_fit "
                        "on held-out evaluation seeds")
     add_spec_options(c, cluster=True)
-    c.add_argument("--seeds", type=int, default=3, help="tuning seeds (default 3)")
-    eval_options(c)
-    study_options(c.add_argument_group("the SILO fit whose final runs it adds, if one finished here"))
+    add_flags(c, "oracle", only=("seeds", "mode"))  # the tuning seeds, and whether the tuning races
+    add_flags(c, "compare", only=("eval_seeds",))
+    add_flags(c.add_argument_group("the SILO fit whose final runs it adds, if one finished here"), "fit",
+              only=("seeds", "storage", "target_cycle"))
     c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
     c.set_defaults(run=cmd_baselines)
 
     c = sub.add_parser("compare", help="the main job: Oracle, SILO fitter, baselines, then the report")
     add_spec_options(c, cluster=True)
     oracle_options(c)
-    eval_options(c)
-    c.add_argument("--replicates", type=int, default=3, help="whole studies, each with its own tuning and "
-                   "evaluation seeds (replicate r's base seed: --seed + 10000 (r - 1)), run side by side on the "
-                   "same slots in OUT/replicate-1..R; the report gives the verdict over them (default 3; 1: one "
-                   "study in OUT, whose labels are conditional on its own choices)")
-    margin_option(c, 0.5, "0.5: the paper's interval tolerance")
+    add_flags(c, "compare")  # --eval-seeds, --replicates, --margin
     fit_options(c, 8)
     cost_options(c)
     c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
@@ -573,7 +529,10 @@ def build_parser() -> Parser:
                    "with disjoint seeds")
     c.add_argument("--out", help="folder for the report over the RUNs (tables/verdict.csv, tables/replicates.csv, "
                    "report.md, report.html); each RUN's own report is left as it is")
-    margin_option(c, None, "the margin a replicates folder recorded, else 0.5, the paper's interval tolerance")
+    c.add_argument("--margin", type=float, help="equivalence margin in accuracy points per compared cycle, summed "
+                   "over the cycles like the advantage: a comparison whose 95 %% interval lies inside ±margin is "
+                   "`equivalent` (default: the margin a replicates folder recorded, else 0.5, the paper's interval "
+                   "tolerance)")
     c.set_defaults(run=cmd_report)
     c = sub.add_parser("replay", help="what the racing Oracle would have decided and cost on a finished run; "
                        "trains nothing (answers every training from RUN's table)")

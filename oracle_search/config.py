@@ -2,7 +2,9 @@
 
 TOML, because Python reads it with its standard library (`tomllib`, 3.11+; `tomli` on 3.10) and its types are
 unambiguous: YAML 1.1 readers (PyYAML) read `1e-3` as a string and `no` as false. The layout is the spec's own
-(`spec.json` of a run loads as a config too), command options go in an `[options]` table:
+(`spec.json` of a run loads as a config too), command options go in an `[options]` table. The options
+dataclasses' fields (oracle_search.options) go in its sub-tables, keyed by field name; any option may also be
+given flat by its flag's name (`no_bracket = true` is `[options.oracle] bracket = false`):
 
     preset = "tiny"                                # the base; fields below override it
     model = "examples.custom_cnn.model:small_cnn"
@@ -13,8 +15,10 @@ unambiguous: YAML 1.1 readers (PyYAML) read `1e-3` as a string and `no` as false
     [resources]
     cpus_per_trial = 1.0
     [options]
-    seeds = 1
     out = "runs/custom"
+    [options.oracle]
+    seeds = 1
+    bracket = false
 
 TOML has no null: a field left out keeps the preset's value. `--print-config` writes the resolved experiment
 in this format; loading it gives the same spec, field for field.
@@ -42,7 +46,6 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 OPTIONS_TABLE = "options"
 SPEC_KEY = "config_spec"  # where the file's spec fields wait on the parsed arguments for spec_from_args
 NOT_OPTIONS = {"help", "command", "run", "config", "print_config", SPEC_KEY}
-SECRET_OPTIONS = {"study_storage"}  # URLs that may hold a password
 ORACLE_MODES = ("racing", "exhaustive")  # `--oracle`: how the Oracle searches a cycle (racing.OracleSearch)
 
 
@@ -181,30 +184,51 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
     if known.config is None:
         return parser.parse_args(argv)
     experiment = load(known.config)
-    allowed = {a.dest for p in commands.values() for a in _actions(p)}
-    by_dest = {a.dest: a for a in _actions(sub)}
+    allowed = {key for p in commands.values() for key in _keys(p)}
+    mine = _keys(sub)
     defaults: dict[str, Any] = {SPEC_KEY: experiment.spec}
-    for key, value in experiment.options.items():
-        if key not in allowed or key in NOT_OPTIONS or key in _spec_names():
-            raise SpecError(f"{OPTIONS_TABLE}.{key}", f"unknown command option in {known.config}")
-        if key not in by_dest:
+    for key, value in _flat(experiment.options):
+        name = f"{OPTIONS_TABLE}.{key}"
+        action = mine.get(key)
+        if key not in allowed or key in NOT_OPTIONS or (action and action.dest in _spec_names() | NOT_OPTIONS):
+            raise SpecError(name, f"unknown command option in {known.config}")
+        if action is None:
             continue  # an option of another command: one file serves oracle, fit-silo and compare alike
-        action = by_dest[key]
-        if action.nargs == 0:  # a flag such as --json
+        if action.nargs == 0:  # a switch such as --json or --no-bracket
             if not isinstance(value, bool):
-                raise SpecError(f"{OPTIONS_TABLE}.{key}", f"must be true or false in {known.config}, got {value!r}")
-            defaults[key] = value
+                raise SpecError(name, f"must be true or false in {known.config}, got {value!r}")
+            # a field's name (the dest: bracket) gives its value; a flag's name (no_bracket) says it is given
+            defaults[action.dest] = value if key == action.dest else (action.const if value else action.default)
             continue
         action.required = False  # the file gives it
         if isinstance(value, list):  # a repeatable option (append): argparse converts no list default itself
-            defaults[key] = [_converted(action, str(v), f"{OPTIONS_TABLE}.{key}", known.config) for v in value]
+            defaults[action.dest] = [_converted(action, str(v), name, known.config) for v in value]
             continue
         # A string default goes through the option's own type, so a bad value fails as it would on the line.
-        defaults[key] = str(value)
+        defaults[action.dest] = str(value)
     if "preset" in experiment.spec:
         defaults["preset"] = experiment.spec["preset"]
     sub.set_defaults(**defaults)
     return parser.parse_args(argv)
+
+
+def _keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """The experiment-file keys of `parser`'s options: each one's dest, which for the options dataclasses' fields
+    is `section.field` (the key `field` of the table [options.section]: oracle.seeds), and each long flag's name
+    with underscores (seeds, no_bracket, fit_seeds), as the flat [options] table of earlier files has them."""
+    keys: dict[str, argparse.Action] = {}
+    for action in _actions(parser):
+        keys[action.dest] = action
+        for flag in action.option_strings:
+            if flag.startswith("--"):
+                keys.setdefault(flag[2:].replace("-", "_"), action)
+    return keys
+
+
+def _flat(options: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """[options] with its sub-tables' keys dotted: {"oracle": {"seeds": 2}} -> [("oracle.seeds", 2)]."""
+    return [pair for key, value in options.items()
+            for pair in (_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else [(prefix + key, value)])]
 
 
 def _converted(action: argparse.Action, text: str, name: str, path: str) -> Any:
@@ -215,9 +239,18 @@ def _converted(action: argparse.Action, text: str, name: str, path: str) -> Any:
 
 
 def options(args: argparse.Namespace) -> dict[str, Any]:
-    """The command options in `args` (not the spec's fields), without unset ones."""
-    return {k: v for k, v in sorted(vars(args).items())
-            if k not in NOT_OPTIONS and k not in _spec_names() and v is not None and not callable(v)}
+    """The command options in `args` (not the spec's fields), without unset ones; an options dataclass's fields
+    (dest `section.field`) nested as the [options.section] table has them."""
+    nested: dict[str, Any] = {}
+    for key, value in sorted(vars(args).items()):
+        if key in NOT_OPTIONS or key in _spec_names() or value is None or callable(value):
+            continue
+        *sections, name = key.split(".")
+        table = nested
+        for section in sections:
+            table = table.setdefault(section, {})
+        table[name] = value
+    return nested
 
 
 # --- writing -----------------------------------------------------------------------------------------------------
@@ -230,7 +263,9 @@ def dump(spec: ExperimentSpec, opts: dict[str, Any] | None = None) -> str:
     d = spec.to_dict()
     if d["resources"]["storage_path"]:
         d["resources"]["storage_path"] = redact(d["resources"]["storage_path"])
-    opts = {k: redact(v) if k in SECRET_OPTIONS and isinstance(v, str) else v for k, v in (opts or {}).items()}
+    opts = dict(opts or {})
+    if isinstance(opts.get("fit", {}).get("storage"), str):
+        opts["fit"] = opts["fit"] | {"storage": redact(opts["fit"]["storage"])}
     data = _without_none(d) | ({OPTIONS_TABLE: _without_none(opts)} if opts else {})
     return tomli_w.dumps(data)
 

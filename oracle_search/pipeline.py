@@ -10,12 +10,13 @@ import dataclasses
 import functools
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from oracle_search.config import ORACLE_MODES
+from oracle_search import options as recorded_options
+from oracle_search.options import CompareOptions, FitOptions, OracleOptions, at_least
 from oracle_search.schema import SILO_METHODS, Method, read_results
 from oracle_search.statistics import MARGIN_PER_CYCLE
 from trainables.atomic import atomic_write_json
@@ -24,81 +25,6 @@ from trainables.sources import runtime_env
 from trainables.spec import ExperimentSpec, SpecError
 
 EVAL_SEED_OFFSET = 1000
-
-
-def at_least(option: str, value: int, least: int) -> None:
-    """SpecError naming the command-line option when a count is below its floor."""
-    if not isinstance(value, int) or value < least:
-        raise SpecError(option, f"must be an integer >= {least}, got {value!r}")
-
-
-# The options validate themselves on construction, like ExperimentSpec: the command line and the Python API
-# build them at their edge, and nothing inside checks them again.
-@dataclass(frozen=True)
-class OracleOptions:
-    seeds: int = 3  # tuning seeds: every value is trained on each
-    refine: int = 3  # most refinement rounds per cycle (0: the coarse grid or bracket only)
-    bracket: bool = True  # after cycle 0, start from the grid values near the previous choice
-    fuse: int = 0  # max_lr candidates per Tune trial, trained as one fused network; 0: all on GPUs, 1 on CPUs
-    mode: str = "racing"  # values shown worse get fewer seeds (oracle_search.racing); or "exhaustive"
-
-    def __post_init__(self) -> None:
-        if self.mode not in ORACLE_MODES:
-            raise SpecError("oracle", f"must be {' or '.join(ORACLE_MODES)}, got {self.mode!r}")
-        at_least("seeds", self.seeds, 1)
-        at_least("refine", self.refine, 0)
-        at_least("fuse", self.fuse, 0)
-
-    @property
-    def racing(self) -> bool:
-        return self.mode == "racing"
-
-
-@dataclass(frozen=True)
-class FitOptions:
-    trials: int = 8  # finished Optuna trials the study should hold
-    seeds: int = 1  # tuning seeds each trial trains (the objective is their mean)
-    storage: str | None = None  # Optuna storage URL; default: a journal file under the results folder
-    target_cycle: int | None = None  # whose validation accuracy is the objective; default: the last
-    space: object | None = None  # fitter.SearchSpace; default: around the Oracle's dense best when one ran
-
-    def __post_init__(self) -> None:
-        at_least("trials", self.trials, 0)  # 0: compare without silo_fit
-        at_least("fit-seeds", self.seeds, 1)
-        if self.target_cycle is not None:
-            at_least("target-cycle", self.target_cycle, 0)
-        if self.space is not None:
-            self.space.validate()
-
-    def target(self, spec: ExperimentSpec) -> int:
-        """The cycle whose validation accuracy silo_fit and silo_paper's δ are chosen on: the given one, else
-        the last. Every driver gets it from here; SpecError when it lies beyond the spec's cycles."""
-        target = spec.cycles if self.target_cycle is None else self.target_cycle
-        if target > spec.cycles:
-            raise SpecError("target-cycle", f"must lie in [0, cycles={spec.cycles}], got {target}")
-        return target
-
-
-@dataclass(frozen=True)
-class CompareOptions:
-    oracle: OracleOptions = field(default_factory=OracleOptions)
-    fit: FitOptions = field(default_factory=FitOptions)
-    eval_seeds: int = 3  # evaluation seeds of every tuned method's final runs
-    silo_fit: bool = True  # also fit all four SILO parameters with Optuna
-    replicates: int = 3  # whole studies, each with seeds of its own (oracle_search.replicates); 1: one run
-    margin: float = MARGIN_PER_CYCLE  # equivalence margin, points per compared cycle (summed like the advantage)
-
-    def __post_init__(self) -> None:
-        at_least("eval-seeds", self.eval_seeds, 2)
-        if self.silo_fit:
-            at_least("trials", self.fit.trials, 1)
-        at_least("replicates", self.replicates, 1)
-        if not isinstance(self.margin, (int, float)) or not 0 <= self.margin < float("inf"):
-            raise SpecError("margin", f"must be a number >= 0 (points per compared cycle), got {self.margin!r}")
-        if self.replicates > 1:
-            from oracle_search.replicates import check_seed_room
-
-            check_seed_room(self.oracle.seeds, self.eval_seeds, self.fit.seeds)
 
 
 @dataclass(frozen=True)
@@ -201,8 +127,9 @@ def reject_silo_schedule(spec: ExperimentSpec) -> None:
 
 
 def _runner(spec: ExperimentSpec, out: Path, address: str | None, callbacks: list[str] | None = None,
-            fuse: int = 1):
-    """The run's Runner; `fuse`: --fuse as given (fusion.fuse_size makes it concrete for the resolved spec)."""
+            fuse: int = 1, record: dict | None = None):
+    """The run's Runner; `fuse`: --fuse as given (fusion.fuse_size makes it concrete for the resolved spec);
+    `record`: the command's options by section, checked against a resumed run's and recorded (options.record)."""
     from oracle_search.callbacks import logger_callbacks
     from oracle_search.engine import Runner
     from oracle_search.fusion import fuse_size
@@ -210,6 +137,7 @@ def _runner(spec: ExperimentSpec, out: Path, address: str | None, callbacks: lis
     check_names(spec)  # the Python API's edge: a spec built in code has not resolved its model, data, pruner yet
     spec = resolve_run_precision(spec, out, address)
     prepare_out(out, spec)
+    recorded_options.record(out, record or {})
     return Runner(out=out, spec=spec, experiment=spec.preset, address=address,
                   callbacks=logger_callbacks(callbacks, out, spec.preset), fuse=fuse_size(spec, fuse))
 
@@ -228,25 +156,9 @@ def one_driver(command: str):
     return wrap
 
 
-OPTIONS_FILE = "options.json"  # beside spec.json: the Oracle's options the run was made with, for `replay`
-
-
-def write_oracle_options(out: Path, options: OracleOptions) -> None:
-    """OUT/options.json: how the Oracle searched (mode, seeds, refinement rounds, bracket), so `replay` plans what
-    this run did without being told again."""
-    atomic_write_json(Path(out) / OPTIONS_FILE, {"oracle": dataclasses.asdict(options)})
-
-
-def read_oracle_options(out: Path) -> OracleOptions | None:
-    """The Oracle's options a run recorded, or None for a run made before they were recorded."""
-    path = Path(out) / OPTIONS_FILE
-    return OracleOptions(**json.loads(path.read_text())["oracle"]) if path.exists() else None
-
-
 def _oracle(runner, options: OracleOptions):
     from oracle_search.oracle import run_oracle
 
-    write_oracle_options(runner.out, options)
     return run_oracle(runner, tuning_seeds(runner.spec, options.seeds), list(runner.spec.grid),
                       refine=options.refine, use_bracket=options.bracket, mode=options.mode)
 
@@ -292,7 +204,7 @@ def oracle(spec: ExperimentSpec, out: Path, options: OracleOptions = OracleOptio
     from oracle_search import estimate
 
     reject_silo_schedule(spec)
-    with _runner(spec, Path(out), address, callbacks, options.fuse) as runner:
+    with _runner(spec, Path(out), address, callbacks, options.fuse, {"oracle": options}) as runner:
         _write_estimate(runner, "oracle", options, seconds_per_epoch)
         outcomes = _oracle(runner, options)
         runner.prune_checkpoints(finished=True)
@@ -343,7 +255,7 @@ def fit_silo(spec: ExperimentSpec, out: Path, options: FitOptions = FitOptions()
     """Run (or extend) the silo_fit study; returns the Optuna study."""
     at_least("trials", options.trials, 1)
     options.target(spec)
-    with _runner(spec, Path(out), address, callbacks) as runner:
+    with _runner(spec, Path(out), address, callbacks, record={"fit": options}) as runner:
         study = _fit(runner, options)
         runner.write_results()
         runner.prune_checkpoints(finished=True)
@@ -375,7 +287,7 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
     from oracle_search.baselines import run_baselines
 
     target = options.fit.target(spec)
-    with _runner(spec, Path(out), address, callbacks) as runner:
+    with _runner(spec, Path(out), address, callbacks) as runner:  # its options are the Oracle's and the fit's
         # silo_fit runs when this experiment's study holds a finished trial, whatever `options.silo_fit` says
         study = fitter.existing_study(runner.out, runner.spec, options.fit.storage,
                                       tuning_seeds(spec, options.fit.seeds), target)
@@ -442,7 +354,7 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
     if options.replicates > 1:
         return run_replicates(spec, out, options, address, callbacks, seconds_per_epoch)
     check_folder(out, 1)
-    with _runner(spec, out, address, callbacks, options.oracle.fuse) as runner:
+    with _runner(spec, out, address, callbacks, options.oracle.fuse, options.sections()) as runner:
         _write_estimate(runner, "compare", options, seconds_per_epoch)
         study, variants = run_study(runner, options)
         table = runner.write_results()

@@ -88,6 +88,7 @@ def run_replicates(spec: ExperimentSpec, out: Path, options, address: str | None
     report over them. The caller holds DIR's lock; each replicate's own lock is taken here too, so a driver
     started on one replicate's folder meanwhile stops at once."""
     from oracle_search import estimate, pipeline
+    from oracle_search import options as recorded_options
     from oracle_search.callbacks import logger_callbacks
     from oracle_search.engine import Engine, Runner
     from oracle_search.cluster import connect
@@ -100,6 +101,8 @@ def run_replicates(spec: ExperimentSpec, out: Path, options, address: str | None
     out = Path(out).resolve()
     R = options.replicates
     check_folder(out, R)
+    for r in range(1, R + 1):  # every replicate's recorded options, before anything is written
+        recorded_options.check_resume(replicate_dir(out, r), options.sections())
     check_names(spec)
     first = pipeline.resolve_run_precision(spec, replicate_dir(out, 1), address)  # one probe for all
     specs = {r: replicate_spec(first, r) for r in range(1, R + 1)}
@@ -118,6 +121,7 @@ def run_replicates(spec: ExperimentSpec, out: Path, options, address: str | None
         runners = {}
         for r, s in specs.items():
             pipeline.prepare_out(replicate_dir(out, r), s)
+            recorded_options.record(replicate_dir(out, r), options.sections())
             runners[r] = Runner(out=replicate_dir(out, r), spec=s, experiment=s.preset, address=address,
                                 progress=progress.tagged(f"r{r}"), fuse=fuse_size(s, options.oracle.fuse),
                                 engine=engine)

@@ -19,6 +19,8 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
+from oracle_search.options import MARGIN_PER_CYCLE  # noqa: F401 (the label rule's margin, imported from here)
+
 ONE_SIDED = 0.95  # confidence of a one-sided bound (the Oracle's sets)
 TWO_SIDED = 0.95  # confidence of a two-sided interval (regret, verdict, tables)
 POWER = 0.80  # the power `seeds_needed` asks for
@@ -72,8 +74,8 @@ def seeds_needed(d) -> int | None:
 
 # --- one label rule, within a run and over replicates --------------------------------------------------------------
 
-MARGIN_PER_CYCLE = 0.5  # points per compared cycle: the paper's interval tolerance; a comparison sums it like the
-# advantage, so its margin is MARGIN_PER_CYCLE × L over cycles 1..L
+# MARGIN_PER_CYCLE (0.5 points per compared cycle, the paper's interval tolerance) is `compare --margin`'s default:
+# a comparison sums it like the advantage, so its margin is MARGIN_PER_CYCLE × L over cycles 1..L.
 EQUIVALENCE_POWER = 0.90  # one-sided quantile of `replicates_needed`'s equivalence branch (80 % power of TOST at 0)
 ALPHA = 1 - TWO_SIDED  # 0.05: the level of the p-values and of `holm`
 

@@ -11,6 +11,7 @@ import pytest
 from oracle_search import config
 from oracle_search.config import tomllib  # tomli on Python 3.10
 from oracle_search.cli import build_parser, main, spec_from_args
+from oracle_search.options import OracleOptions, from_args
 from oracle_search.pipeline import prepare_out
 from trainables.presets import PRESETS
 from trainables.schedules import SiloParams
@@ -68,7 +69,25 @@ def test_the_file_gives_spec_fields_and_options_over_the_preset(tmp_path):
                                      silo=SiloParams(0.07, tiny.schedule.silo.delta, 2, tiny.schedule.silo.beta)),
         resources=Resources(cpus_per_trial=1.0))
     assert type(spec.optimizer.momentum) is float
-    assert (args.seeds, args.refine, args.trials, args.study_storage) == (2, 1, 5, "journal.log")
+    assert (from_args(args, "oracle").seeds, from_args(args, "oracle").refine) == (2, 1)  # flat, by the flags' names
+    assert (from_args(args, "fit").trials, from_args(args, "fit").storage) == (5, "journal.log")
+
+
+def test_the_options_tables_are_keyed_by_field_name_and_flat_flag_names_still_read(tmp_path):
+    nested = write(tmp_path, '[options]\neval_seeds = 4\n[options.oracle]\nseeds = 2\nbracket = false\n'
+                   'mode = "exhaustive"\n[options.fit]\nseeds = 2\ntrials = 0\n', "nested.toml")
+    flat = write(tmp_path, '[options]\neval_seeds = 4\nseeds = 2\nno_bracket = true\noracle = "exhaustive"\n'
+                 'fit_seeds = 2\ntrials = 0\n', "flat.toml")
+    for path in (nested, flat):
+        args, _ = resolved(["compare", "--config", str(path), "--out", "x", "--replicates", "1"])
+        assert from_args(args, "oracle") == OracleOptions(seeds=2, bracket=False, mode="exhaustive"), path.name
+        assert (from_args(args, "fit").seeds, from_args(args, "fit").trials) == (2, 0), path.name
+        assert from_args(args, "compare", oracle=from_args(args, "oracle"), fit=from_args(args, "fit"),
+                       silo_fit=False).eval_seeds == 4
+    args, _ = resolved(["compare", "--config", str(nested), "--out", "x"])
+    assert from_args(args, "oracle").bracket is False  # no flag given: the file's value
+    bad = write(tmp_path, '[options.oracle]\nbracket = "no"\n', "bad.toml")
+    assert main(["compare", "--config", str(bad), "--out", "x"]) == 2
 
 
 def test_flags_override_the_file(tmp_path):
@@ -79,7 +98,7 @@ def test_flags_override_the_file(tmp_path):
     assert (spec.epochs, spec.schedule.name, spec.grid, spec.resources.cpus_per_trial) == (7, "warmup", (0.1, 0.3), 2)
     assert spec.schedule.drops == (0.5,) and spec.pruner == "layer_magnitude"  # the file's, under the flags
     assert spec.dataset == "digits" and spec.preset == "digits-mlp"  # --preset changes the base under the file
-    assert args.seeds == 4 and args.trials == 5
+    assert from_args(args, "oracle").seeds == 4 and from_args(args, "fit").trials == 5
 
 
 def test_print_config_round_trip_is_exact(tmp_path, capsys):
@@ -94,7 +113,8 @@ def test_print_config_round_trip_is_exact(tmp_path, capsys):
     _, second = resolved(["compare", "--config", str(again)])
     assert first == second
     options = tomllib.loads(printed)["options"]
-    assert options["out"] == str(tmp_path / "out") and options["trials"] == 5 and options["refine"] == 1
+    assert options["out"] == str(tmp_path / "out") and options["fit"]["trials"] == 5
+    assert options["oracle"]["refine"] == 1 and options["oracle"]["bracket"] is True  # by field name
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
