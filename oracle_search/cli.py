@@ -351,8 +351,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _seconds_per_epoch(args: argparse.Namespace) -> float | None:
+    """--seconds-per-epoch, checked with --slots (which only a dry run takes)."""
     from oracle_search.estimate import positive_seconds
 
+    if args.slots is not None and not args.dry_run:
+        raise SpecError("slots", "only with --dry-run (a run has the cluster's slots)")
+    if args.slots is not None and args.slots < 1:
+        raise SpecError("slots", f"must be an integer >= 1, got {args.slots}")
     return positive_seconds(args.seconds_per_epoch)
 
 
@@ -362,7 +367,7 @@ def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, optio
     from oracle_search.pipeline import resolve_run_precision
 
     spec = resolve_run_precision(spec, Path(args.out), args.address)
-    found = estimate(command, spec, options, args.address, per_epoch)
+    found = estimate(command, spec, options, args.address, per_epoch, args.slots)
     print(f"{command} --dry-run: {spec.preset}, {spec.cycles + 1} cycles of {spec.epochs} epochs")
     print("\n".join(found.lines()))
     return 0
@@ -469,6 +474,9 @@ def build_parser() -> Parser:
                        "train nothing, write nothing")
         c.add_argument("--seconds-per-epoch", type=float, help="the estimate's seconds per training epoch "
                        "(default: time a few steps on a worker with one trial's resources)")
+        c.add_argument("--slots", type=int, help="with --dry-run: plan on N slots instead of the cluster's, and "
+                       "simulate the Oracle's search on them with racing and with exhaustive search (a training's "
+                       "time as the probe's, with the spread measured on the default)")
 
     sub.add_parser("presets", help="list the named setups").set_defaults(run=cmd_presets)
 

@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from oracle_search.config import ORACLE_MODES
 from oracle_search.schema import BASELINES
 from trainables.atomic import atomic_write_json
 from trainables.spec import ExperimentSpec, SpecError
@@ -98,6 +99,7 @@ class Estimate:
     source: str  # "given" (--seconds-per-epoch) or how it was timed
     phases: list[Phase] = field(default_factory=list)
     replicates: int = 1  # whole studies run side by side on the same slots (each phase R times, R times as wide)
+    oracle_walls: dict[str, float] | None = None  # --slots: one study's Oracle simulated per mode, seconds
 
     def seconds(self, which: str = "typical") -> float:
         R = self.replicates
@@ -108,7 +110,7 @@ class Estimate:
         return {"command": self.command, "precision": self.precision, "slots": self.slots,
                 "seconds_per_epoch": self.seconds_per_epoch, "source": self.source,
                 "phases": [asdict(p) for p in self.phases], "replicates": self.replicates, "seconds": self.seconds(),
-                "seconds_at_most": self.seconds("most")}
+                "seconds_at_most": self.seconds("most"), "oracle_walls": self.oracle_walls}
 
     def lines(self) -> list[str]:
         fields = ("typical", "most", "typical_trials", "most_trials", "typical_epochs", "most_epochs")
@@ -130,8 +132,16 @@ class Estimate:
                 f"slots: {self.slots} trial(s) at once",
                 *([f"replicates: {self.replicates} whole studies side by side on these slots (the table above is "
                    "one replicate's)"] if self.replicates > 1 else []),
+                *([self.walls_line()] if self.oracle_walls else []),
                 f"estimate: {duration(self.seconds())} of training on {self.slots} slot(s) "
                 f"(at most {duration(self.seconds('most'))}), plus Ray's start"]
+
+    def walls_line(self) -> str:
+        from oracle_search.simulate import SPREAD
+
+        walls = ", ".join(f"{mode} {duration(s)}" for mode, s in self.oracle_walls.items())
+        return (f"the Oracle on {self.slots} slots, its search simulated on the accuracy model (a training's seconds "
+                f"spread {SPREAD:.0%}){', one replicate' if self.replicates > 1 else ''}: {walls}")
 
 
 # --- the plan: trainings per phase -------------------------------------------------------------------------------
@@ -387,28 +397,48 @@ def positive_seconds(value: float | None) -> float | None:
     return value
 
 
+def oracle_walls(command: str, spec: ExperimentSpec, options, slots: int, seconds: float) -> dict[str, float]:
+    """The Oracle's wall time on `slots`, each training `seconds` long, simulated with racing and with exhaustive
+    search (`simulate.simulate_oracle`: its own search on the accuracy model, a racing compare's completions too)."""
+    from oracle_search.racing import OracleSearch
+    from oracle_search.simulate import simulate_oracle
+
+    o = options if command == "oracle" else options.oracle
+    walls = {}
+    for mode in ORACLE_MODES:
+        search = OracleSearch(tuple(spec.grid), tuple(range(o.seeds)), o.refine, o.bracket, mode)
+        compared = COMPARED_PER_CYCLE if command == "compare" and mode == "racing" else 0
+        walls[mode] = simulate_oracle(search, spec.cycles, slots, seconds, compared).seconds
+    return walls
+
+
 def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
-             seconds_per_epoch: float | None = None) -> Estimate:
+             seconds_per_epoch: float | None = None, slots: int | None = None) -> Estimate:
     """The plan of `command` and its wall time; `spec.precision` must be resolved already. Nothing is timed when
-    `seconds_per_epoch` is given."""
+    `seconds_per_epoch` is given. `slots`: plan on that many slots instead of the cluster's (the probe still runs
+    as many copies at once as this cluster's trials would), and simulate the Oracle's search on them
+    (`oracle_walls`; unfused trials only: a fused trial's candidates share one slot)."""
     from oracle_search.cluster import trial_slots
 
     positive_seconds(seconds_per_epoch)
-    n = trial_slots(spec, address)
+    here = trial_slots(spec, address)
+    n = slots or here
     phases = plan(command, spec, options)
     if seconds_per_epoch is not None:
         per_epoch, source = seconds_per_epoch, "given"
     else:
         # Fused, the probe times a fused network of the grid's candidates, the Oracle's first and widest round.
         fuse = min(phases[0].fuse, len(set(spec.grid)))
-        t = probe_seconds_per_epoch(spec, address, together=n, fuse=fuse)
+        t = probe_seconds_per_epoch(spec, address, together=here, fuse=fuse)
         per_epoch = t["seconds_per_epoch"]
         fused = f", {fuse} candidates fused, a candidate's share" if fuse > 1 else ""
         source = (f"timed ({t['device']}, {spec.resources.threads} thread(s), {t['copies']} at once{fused}): "
                   f"{t['steps']} steps of {t['step'] * 1e3:.2f} ms x {t['steps_per_epoch']} + one evaluation "
                   f"{t['evaluation'] * 1e3:.0f} ms")
     replicates = options.replicates if command == "compare" else 1
-    return Estimate(command, spec.precision, n, per_epoch, source, phases, replicates)
+    walls = (oracle_walls(command, spec, options, n, spec.epochs * per_epoch)
+             if slots is not None and phases[0].fuse == 1 else None)
+    return Estimate(command, spec.precision, n, per_epoch, source, phases, replicates, walls)
 
 
 def write(out: Path, found: Estimate) -> None:

@@ -8,7 +8,9 @@ A dry run has no accuracies, so it answers from a **stated accuracy model** (`Ac
   (the network changes little from one cycle to the next);
 - a training at v on seed s adds independent noise of sd `noise · (1 + |ln(v / v*)|)` (values far from b are
   noisier, as measured on the default);
-- a training diverges above `diverge` · v*.
+- a training diverges above `diverge` · v*;
+- a training lasts the given seconds times a lognormal factor of mean 1 and coefficient of variation `spread`
+  (`SPREAD`), drawn independently: on many slots a round lasts as long as its slowest training.
 Its constants are the medians measured on the embedded default's exhaustive Oracle runs (module constants below;
 docs/measured.md "The plan simulated"). silo_paper's δ search (`simulate_delta`) runs on the same model in ln δ,
 with ε the grid value nearest the model's dense optimum, the optimum δ* at the geometric centre of δ's range and
@@ -38,6 +40,10 @@ Answer = Callable[[tuple], "dict | None"]  # (race key, (value, seed)) -> a row 
 CURVATURE = 7.0
 NOISE = 0.4 / math.sqrt(2)
 DIVERGE = 4.0
+# A training's seconds vary: the coefficient of variation of the finished (not diverged) Oracle trainings within a
+# cycle, median over the cycles of the default's two exhaustive `oracle` runs of 2026-11-26 (0.135 and 0.125). It is
+# the machine's, not the method's: 0.03-0.04 on the 2026-11-27 compare runs, 0.77 on a contended one.
+SPREAD = 0.13
 DELTA_CURVATURE = 3.0  # the default's δ curve at the target cycle (exhaustive seed 0, 2026-11-27): 3 points per ln²
 PEAK = 80.0
 RUNS = 8  # simulated runs averaged per estimate (their noise differs; the counts are their mean)
@@ -82,16 +88,23 @@ class AccuracyModel:
     curvature: float = CURVATURE
     noise: float = NOISE
     diverge: float = DIVERGE
+    spread: float = SPREAD
 
-    def answer(self, optimum: float, seconds: float, rng: np.random.Generator) -> Answer:
-        """Rows for trainings around `optimum`, each lasting `seconds`; an item (race, (value, seed)) is drawn once."""
+    def answer(self, optimum: float, seconds: float, rng: np.random.Generator,
+               durations: np.random.Generator | None = None) -> Answer:
+        """Rows for trainings around `optimum`, each lasting `seconds` (times the spread's factor, drawn from
+        `durations`, where given: the accuracies stay those of `rng` alone); an item (race, (value, seed)) is
+        drawn once."""
         drawn: dict[tuple, dict] = {}
+        sigma = math.sqrt(math.log1p(self.spread ** 2))  # the lognormal's whose coefficient of variation is `spread`
 
         def row(item: tuple) -> dict:
             if item not in drawn:
                 x = math.log(item[1][0] / optimum)
                 acc = PEAK - self.curvature * x * x + rng.normal(0.0, self.noise * (1 + abs(x)))
-                drawn[item] = {"val_acc": acc, "diverged": item[1][0] > self.diverge * optimum, "seconds": seconds}
+                factor = 1.0 if durations is None else math.exp(durations.normal(-sigma * sigma / 2, sigma))
+                drawn[item] = {"val_acc": acc, "diverged": item[1][0] > self.diverge * optimum,
+                               "seconds": seconds * factor}
             return drawn[item]
         return row
 
@@ -120,11 +133,11 @@ def simulate_oracle(search: OracleSearch, cycles: int, slots: int, seconds: floa
     get their missing seeds)."""
     counts, walls = [], []
     for r in range(runs):
-        rng = np.random.default_rng(r)
+        rng, durations = np.random.default_rng(r), np.random.default_rng(30_000 + r)
         clock, pool, previous, dense, total, late = Clock(slots), Pool(), None, None, 0, []
         optimum = centre(search.grid)
         for m in range(cycles + 1):
-            clock.answer = model.answer(optimum, seconds, rng)
+            clock.answer = model.answer(optimum, seconds, rng, durations)
             race = search.race(search.first_values(previous, dense), pool, previous, dense)
             search.run(race, clock, slots)
             total += len(race.rows)

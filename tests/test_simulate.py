@@ -14,10 +14,23 @@ SEEDS = (0, 1, 2)
 
 
 def test_an_exhaustive_oracle_without_refinement_or_bracket_trains_every_value_on_every_seed():
-    """8 values x 3 seeds x 3 cycles; each training 2 s, on 4 slots: 24 trainings a cycle, 12 s a cycle."""
+    """8 values x 3 seeds x 3 cycles; each training 2 s (no spread), on 4 slots: 24 trainings a cycle, 12 s a
+    cycle."""
     search = OracleSearch(DEFAULT_GRID, SEEDS, refine=0, bracket=False, mode="exhaustive")
-    got = simulate_oracle(search, cycles=2, slots=4, seconds=2.0, runs=2)
+    got = simulate_oracle(search, cycles=2, slots=4, seconds=2.0, model=AccuracyModel(spread=0.0), runs=2)
     assert got.trainings == 8 * 3 * 3 and got.seconds == 3 * 12.0
+
+
+def test_with_spread_a_wide_round_waits_for_its_slowest_training_and_one_slot_for_their_sum():
+    """24 trainings a cycle on 24 slots: without spread a cycle lasts one training (2 s); with a spread of 13 % it
+    lasts the slowest of 24 draws, about 2 s x (1 + 2 x 0.13). On one slot the sum is the same on average (the
+    factor's mean is 1), within 3 sd of the mean of 72 draws."""
+    search = OracleSearch(DEFAULT_GRID, SEEDS, refine=0, bracket=False, mode="exhaustive")
+    flat = simulate_oracle(search, 2, 24, 2.0, model=AccuracyModel(spread=0.0), runs=4)
+    spread = simulate_oracle(search, 2, 24, 2.0, model=AccuracyModel(spread=0.13), runs=4)
+    assert flat.seconds == 3 * 2.0 and 3 * 2.0 * 1.15 < spread.seconds < 3 * 2.0 * 1.5
+    one = simulate_oracle(search, 2, 1, 2.0, model=AccuracyModel(spread=0.13), runs=4).seconds
+    assert one == pytest.approx(72 * 2.0, abs=3 * 0.13 * 2.0 * math.sqrt(72) / 2)
 
 
 def test_the_model_reproduces_what_the_defaults_real_runs_trained():
