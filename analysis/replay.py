@@ -254,8 +254,10 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int | None = 
         records.append({"cycle": m, "exhaustive_b": exhaustive.best,
                         "racing_b": math.nan if racing is None else racing.best,
                         "trainings_exhaustive": len(at), "trainings_racing": len(rows), "unanswered": len(race.missing)})
-        previous = exhaustive.best
-        dense = dense if m else exhaustive.best
+        # RUN's own choice starts the next cycle: its chain's value, which a racing run chose before completing
+        # values for the verdict (those rows can move the choice over the whole table, `exhaustive`)
+        previous = lr_key(chained["max_lr"].iloc[0]) if len(chained) else exhaustive.best
+        dense = dense if m else previous
 
     cycles = pd.DataFrame(records, columns=REPLAY_COLUMNS)
     others = df[df["method"] != Method.ORACLE.value]

@@ -585,6 +585,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"oracle-search: interrupted by {signal.Signals(signum).name}; finished trials are kept, "
               "rerun the same command to resume", file=sys.stderr)
         return 128 + signum
+    except BrokenPipeError:  # `oracle-search replay RUN ... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail again
+        return 128 + signal.SIGPIPE
     except Exception as err:  # a run that failed: one line, then the traceback for the curious
         from oracle_search.engine import RunFailed
 

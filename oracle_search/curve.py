@@ -73,10 +73,10 @@ class Curve:
         refuse_duplicates(frame, ["max_lr", "seed"], "one cycle's curve")
         cells = frame.set_index(["max_lr", "seed"])
         acc = cells["val_acc"].astype(float).unstack("seed").sort_index()
-        div = cells["diverged"].unstack("seed").reindex_like(acc)
+        div = cells["diverged"].astype(bool).unstack("seed").reindex_like(acc)
         if seeds is not None:
             acc, div = acc.reindex(columns=seeds), div.reindex(columns=seeds)
-        return cls(acc, div.fillna(False).astype(bool))
+        return cls(acc, div.astype("boolean").fillna(False).astype(bool))  # a cell no seed trained: not diverged
 
     @property
     def seeds(self) -> list[int]:

@@ -184,3 +184,60 @@ def test_every_differing_inside_flag_is_listed_with_both_sets():
     assert differ.to_dict("records") == [{"cycle": 1, "schedule": "silo_paper", "set": "lenient", "max_lr": 0.5,
                                           "exhaustive": True, "racing": False, "exhaustive_set": "[0.2, 0.8]",
                                           "racing_set": "[0.2, 0.4]"}]
+
+
+def _oracle_trainings(rows: pd.DataFrame) -> set[tuple]:
+    oracle = rows[rows["method"] == "oracle"]
+    return set(zip(oracle["cycle"], oracle["max_lr"].round(9), oracle["seed"]))
+
+
+def _replays_exactly(run, out) -> None:
+    """Replay RUN (a racing run): its racing plan, RUN's chain and the completions ask for exactly the Oracle
+    trainings RUN made, every one answered; the baselines' tuning likewise."""
+    from oracle_search.schema import read_results
+
+    assert main(["replay", str(run), "--out", str(out)]) == 0
+    cycles = pd.read_csv(out / "replay.csv")
+    assert (cycles["unanswered"] == 0).all(), cycles
+    assert _oracle_trainings(pd.read_parquet(out / "replay_rows.parquet")) == _oracle_trainings(read_results(run))
+    tuning = pd.read_csv(out / "replay_tuning.csv")
+    assert (tuning["trainings_racing"] == tuning["trainings_exhaustive"]).all() and (tuning["unanswered"] == 0).all()
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_replay_predicts_exactly_the_trainings_of_a_racing_compare_without_bracket(ray_local, tmp_path, capsys):
+    from conftest import TINY_COMPARE
+
+    run = tmp_path / "no-bracket"
+    assert main([*TINY_COMPARE, "--no-bracket", "--out", str(run)]) == 0
+    assert json.loads((run / "options.json").read_text())["oracle"]["bracket"] is False
+    _replays_exactly(run, tmp_path / "replay")
+    assert main(["replay", str(run), "--no-bracket", "--out", str(tmp_path / "again")]) == 0  # agrees: accepted
+    assert main(["replay", str(run), "--refine", "0", "--out", str(tmp_path / "other")]) == 2  # contradicts it
+
+
+@pytest.mark.slow  # a Ray of its own with 4 fake GPUs
+@pytest.mark.e2e
+def test_replay_predicts_exactly_the_trainings_of_an_oracle_fused_4_on_a_fake_4_gpu_ray(tmp_path):
+    """`--fuse 4` on 4 fake GPUs (the trials see no CUDA and train on the CPU): one trial per (seed, round) holds up
+    to 4 candidates; replay answers each candidate from its own row, and asks for exactly those."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()  # a disconnect: the shared Rays stay up
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 4, "include_dashboard": False})
+    run = tmp_path / "fused"
+    try:
+        assert main(["oracle", "--preset", "tiny", "--seeds", "2", "--refine", "1", "--no-bracket", "--fuse", "4",
+                     "--gpus-per-trial", "1", "--cpus-per-trial", "1", "--address", cluster.address,
+                     "--out", str(run)]) == 0
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    from oracle_search.schema import read_results
+
+    rows = read_results(run)
+    assert (rows["fused"] > 1).any() and rows.groupby("trial_id").size().max() > 1  # candidates shared trials
+    _replays_exactly(run, tmp_path / "replay")
