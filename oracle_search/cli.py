@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from oracle_search.config import ORACLE_MODES, SPEC_KEY, base_spec, dump, options, parse_args
+from oracle_search.config import SPEC_KEY, base_spec, dump, options, parse_args
 from oracle_search.config import add_options as add_config_options
 from oracle_search.options import add_flags
 from trainables.errors import CheckpointError, DataError

@@ -261,3 +261,21 @@ def test_cudnn_benchmark_is_set_on_cuda_trials_only_when_asked(monkeypatch):
     assert spec_from_args(args).resources.cudnn_benchmark is True
     plain = build_parser().parse_args(["compare", "--preset", "tiny", "--out", "x"])
     assert spec_from_args(plain).resources.cudnn_benchmark is False
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_an_evaluation_in_large_batches_gives_every_sample_the_same_logits(precision):
+    """`eval_batch` evaluates MNIST-1D's 20,000 validation samples 3,276 at a time instead of 512: each sample's
+    logits are bitwise those of the old batches, so no accuracy changes (run under AVX2 kernels too: CI's other
+    CPU kind)."""
+    from trainables.cycle import EVAL_ELEMENTS, eval_batch, forward_autocast
+
+    spec = dataclasses.replace(PRESETS["mnist1d-mlp"].spec, precision=precision, num_samples=3000)
+    data = load_data(spec)
+    assert eval_batch(spec, data) == EVAL_ELEMENTS // 40 == 3276
+    assert eval_batch(dataclasses.replace(spec, batch_size=4096), data) == 4096
+    torch.manual_seed(0)
+    model = build_model(spec.model, data.input_shape, data.num_classes).eval()
+    with torch.no_grad(), forward_autocast(torch.device("cpu"), spec):
+        small, large = (torch.cat([model(x).float() for x, _ in data.batches("val", n)]) for n in (512, 1500))
+    assert small.shape == (data.size("val"), 10) and torch.equal(small, large)

@@ -29,7 +29,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from trainables import fused_native
 from trainables.cycle import (CycleResult, accuracy, data_order, device_backends, finish_cycle, forward_autocast,
-                              input_layout, prepare_cycle, resolve_device, state_copy)
+                              eval_batch, input_layout, prepare_cycle, resolve_device, state_copy)
 from trainables.data import Data
 from trainables.plugins import load_data, loss_function
 from trainables.pruning import Masks
@@ -353,7 +353,7 @@ def fused_accuracy(fused: Fused, data: Data, split: str, spec: ExperimentSpec,
     fused.train(False)
     correct = torch.zeros(fused.size, device=device)
     with forward_autocast(device, spec):
-        for x, y in data.batches(split, max(spec.batch_size, 512)):
+        for x, y in data.batches(split, eval_batch(spec, data)):
             correct += (fused(input_layout(x, spec, device)).argmax(-1) == y).sum(1)
     return [100.0 * c / data.size(split) for c in correct.tolist()]
 
