@@ -20,6 +20,7 @@ LAST_LINE = {
                   rf"fp32 / bf16 = {N}",
     "delta_search.py": r"delta_search: the same δ as the earlier rule on \d+ of \d+ runs, within the run's bracket on "
                        r"\d+ of \d+; chains \d+ against \d+ \(\d+ %\)",
+    "eval_batch.py": rf"eval_batch: 512 / chosen \(\d+\) = {N}",
     "eval_noise.py": rf"evaluation share of the variance = {N}: (above a quarter: enlarge the validation set|"
                      r"at most a quarter: keep it)",
     "fused_throughput.py": rf"resnet20 +2 native +{N} +{N} +\d+ +\d+ +{N}  {N}-{N} \| {N}-{N}",
