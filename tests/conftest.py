@@ -16,7 +16,8 @@ from typing import Iterator
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RAY_FIXTURES = {"_local_cluster", "_two_node_cluster", "make_cluster"}  # a test holding one starts or joins a Ray
+# A test holding one of these starts or joins a Ray (`fitted`: test_fitter's study, `local_ray`: test_security's).
+RAY_FIXTURES = {"_local_cluster", "_two_node_cluster", "make_cluster", "fitted", "local_ray"}
 E2E_FIXTURES = {"tiny_compare", "replicated"}  # a whole command run end to end (a compare, R compares)
 
 

@@ -9,7 +9,7 @@ from oracle_search.cli import main
 from oracle_search.schema import BASELINES
 from oracle_search.curve import Curve
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]  # a Runner on a local Ray of its own
 
 
 def test_baselines_tune_on_tuning_seeds_and_run_finals_on_evaluation_seeds(tmp_path):

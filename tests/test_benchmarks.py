@@ -40,10 +40,12 @@ ALSO = {
     "step_efficiency.py": r"fp32, pruned \(cycle >= 1\): step median",  # the pruned network's line
     "gpu_tune_trial.py": r"cycle trial ok: gpu_ids \[[^]]+\], device cpu",
 }
-SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
+RAY_SCRIPTS = {"gpu_tune_trial.py", "oracle_overhead.py", "silo_vs_oracle.py"}  # they start or join a Ray
+SCRIPTS = [pytest.param(p.name, marks=[pytest.mark.ray] if p.name in RAY_SCRIPTS else [])
+           for p in sorted((ROOT / "benchmarks").glob("*.py"))]
 
 
-@pytest.mark.slow  # Ray starts in three of them; 2-3 minutes in all on 2 cores
+@pytest.mark.slow  # 2-3 minutes in all on 2 cores
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_benchmark_runs_its_smoke_configuration(script, request, tmp_path):
     args = [sys.executable, str(ROOT / "benchmarks" / script), "--smoke"]

@@ -279,6 +279,7 @@ def test_report_note_puts_the_estimate_next_to_the_time_taken(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_a_real_run_records_its_estimate_and_the_report_prints_it_next_to_the_time(tmp_path):
     from oracle_search import pipeline
 
@@ -330,6 +331,7 @@ def test_the_estimate_and_the_runner_count_slots_with_one_function(tmp_path):
 
 
 @pytest.mark.slow  # a Ray of its own with 4 fake GPUs: seconds
+@pytest.mark.ray
 def test_on_a_fake_4_gpu_ray_fuse_4_plans_a_quarter_of_the_trials(tmp_path, capsys):
     """digits-mlp's 4 grid values on 3 seeds, cycle 0 only, no refinement: 12 trainings, one GPU each. Unfused, 12
     trials; with --fuse 4 (and by default on GPUs), 3, one per seed. The Ray has 4 GPUs and 4 CPUs: 4 slots, counted

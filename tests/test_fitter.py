@@ -176,6 +176,7 @@ def test_a_second_driver_on_the_same_out_stops_with_exit_2(ray_local, tmp_path, 
 TINY_FAST = ["--preset", "tiny", "--cycles", "1", "--epochs", "2"]
 
 
+@pytest.mark.ray
 @pytest.mark.slow
 def test_ranges_that_exclude_the_papers_start_skip_it_and_all_diverged_fails_with_one_line(tmp_path, capsys):
     out = tmp_path / "out"
@@ -192,6 +193,7 @@ def test_ranges_that_exclude_the_papers_start_skip_it_and_all_diverged_fails_wit
     assert main(["report", str(out)]) == 0  # the report renders from what exists
 
 
+@pytest.mark.ray
 @pytest.mark.slow
 def test_compare_whose_fit_all_diverged_exits_1_after_writing_the_report(tmp_path, capsys):
     out = tmp_path / "cmp"
@@ -208,6 +210,7 @@ def test_compare_whose_fit_all_diverged_exits_1_after_writing_the_report(tmp_pat
     assert rows[rows["method"] == "silo_fit"]["stage"].eq("fit").all()
 
 
+@pytest.mark.ray
 @pytest.mark.slow
 def test_a_killed_drivers_running_trial_in_the_journal_is_resumed_with_its_parameters(tmp_path):
     out = tmp_path / "out"

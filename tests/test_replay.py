@@ -219,6 +219,7 @@ def test_replay_predicts_exactly_the_trainings_of_a_racing_compare_without_brack
 
 @pytest.mark.slow  # a Ray of its own with 4 fake GPUs
 @pytest.mark.e2e
+@pytest.mark.ray
 def test_replay_predicts_exactly_the_trainings_of_an_oracle_fused_4_on_a_fake_4_gpu_ray(tmp_path):
     """`--fuse 4` on 4 fake GPUs (the trials see no CUDA and train on the CPU): one trial per (seed, round) holds up
     to 4 candidates; replay answers each candidate from its own row, and asks for exactly those."""
