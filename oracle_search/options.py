@@ -153,8 +153,9 @@ def dest(section: str, name: str) -> str:
 
 def add_flags(group: Any, section: str, *, only: Iterable[str] | None = None,
               defaults: dict[str, Any] | None = None) -> None:
-    """Add the flags of SECTIONS[section]'s fields to `group`, a parser or argument group (all but by_hand ones, or the `only` ones), each
-    storing the field's own value: --no-bracket stores bracket = False. `defaults`: a command's own defaults."""
+    """Add the flags of SECTIONS[section]'s fields to `group`, a parser or argument group (all but the by_hand
+    ones, or the `only` ones), each storing the field's own value: --no-bracket stores bracket = False.
+    `defaults`: a command's own defaults."""
     cls, defaults = SECTIONS[section], defaults or {}
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):

@@ -43,4 +43,5 @@ def bench(compiled: bool, steps=300):
 
 for compiled in (False, True, False, True):
     warm, step, ev = bench(compiled)
-    print(f"compiled={compiled}: warm-up {warm:.1f} s, step {step*1e3:.3f} ms, eval {ev*1e3:.1f} ms, epoch {55*step+ev:.3f} s")
+    print(f"compiled={compiled}: warm-up {warm:.1f} s, step {step*1e3:.3f} ms, eval {ev*1e3:.1f} ms, "
+          f"epoch {55*step+ev:.3f} s")

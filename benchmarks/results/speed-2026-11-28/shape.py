@@ -8,7 +8,8 @@ Run from the repository root: python benchmarks/results/speed-2026-11-28/shape.p
 import pandas as pd
 from scipy import stats
 
-frames = [pd.read_csv(f"benchmarks/results/replicates-2026-11-27/{job}/replicates.csv") for job in ("seed0-R3", "seed300-R3")]
+frames = [pd.read_csv(f"benchmarks/results/replicates-2026-11-27/{job}/replicates.csv")
+          for job in ("seed0-R3", "seed300-R3")]
 t = pd.concat(frames)
 t["se"] = (t.ci_hi - t.ci_lo) / 2 / stats.t.ppf(0.975, t.n - 1)
 rows = []
