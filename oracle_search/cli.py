@@ -270,7 +270,7 @@ def cmd_oracle(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     options = _oracle_options(args)
-    per_epoch = _seconds_per_epoch(args)
+    per_epoch = _cost_inputs(args)
     check_inputs(args, spec)
     if args.dry_run:
         return _dry_run("oracle", args, spec, options, per_epoch)
@@ -334,7 +334,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     options = _compare_options(args, spec)
-    per_epoch = _seconds_per_epoch(args)
+    per_epoch = _cost_inputs(args)
     check_inputs(args, spec)
     if args.dry_run:
         return _dry_run("compare", args, spec, options, per_epoch)
@@ -350,8 +350,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _seconds_per_epoch(args: argparse.Namespace) -> float | None:
-    """--seconds-per-epoch, checked with --slots (which only a dry run takes)."""
+def _cost_inputs(args: argparse.Namespace) -> float | None:
+    """The estimate's inputs checked at the edge: --slots (only a dry run takes it) and --seconds-per-epoch,
+    which it returns."""
     from oracle_search.estimate import positive_seconds
 
     if args.slots is not None and not args.dry_run:

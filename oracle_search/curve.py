@@ -73,10 +73,12 @@ class Curve:
         refuse_duplicates(frame, ["max_lr", "seed"], "one cycle's curve")
         cells = frame.set_index(["max_lr", "seed"])
         acc = cells["val_acc"].astype(float).unstack("seed").sort_index()
-        div = cells["diverged"].astype(bool).unstack("seed").reindex_like(acc)
+        div = cells["diverged"].unstack("seed").reindex_like(acc)
         if seeds is not None:
             acc, div = acc.reindex(columns=seeds), div.reindex(columns=seeds)
-        return cls(acc, div.astype("boolean").fillna(False).astype(bool))  # a cell no seed trained: not diverged
+        # pandas' nullable "boolean" first: a cell no seed trained is <NA>, then not diverged (a bool fill of a
+        # float frame is deprecated)
+        return cls(acc, div.astype("boolean").fillna(False).astype(bool))
 
     @property
     def seeds(self) -> list[int]:
