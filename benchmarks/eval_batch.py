@@ -38,7 +38,7 @@ def main() -> None:
     data = load_data(spec)
     torch.manual_seed(0)
     model = build_model(spec.model, data.input_shape, data.num_classes).eval()
-    chosen = eval_batch(spec, data)
+    chosen = eval_batch(spec, data, CPU)
 
     @torch.no_grad()
     def correct(batch: int) -> int:

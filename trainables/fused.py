@@ -353,7 +353,7 @@ def fused_accuracy(fused: Fused, data: Data, split: str, spec: ExperimentSpec,
     fused.train(False)
     correct = torch.zeros(fused.size, device=device)
     with forward_autocast(device, spec):
-        for x, y in data.batches(split, eval_batch(spec, data)):
+        for x, y in data.batches(split, eval_batch(spec, data, device)):
             correct += (fused(input_layout(x, spec, device)).argmax(-1) == y).sum(1)
     return [100.0 * c / data.size(split) for c in correct.tolist()]
 
