@@ -27,6 +27,8 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], se
     difference's seed noise is taken to be the same (docs/design.md, "Racing"); the Oracle's own schedule gets none
     (`racing.tuning_race`)."""
     spec = runner.spec
+    runner.progress.say(f"baselines: tuning the peak LR of {', '.join(schedules)} over {len(grid)} values"
+                        f"{', racing' * racing}")
     dense = dense_curve(pd.DataFrame(runner.ledger.rows()), seeds) if racing else None
     prior = pool_of(dense) if dense is not None else Pool()
     if prior.df:
@@ -64,7 +66,7 @@ def run_chains(runner: Runner, runs: dict[str, tuple[ExperimentSpec, float | Non
             for (name, s) in starts for spec, lr, tags in [runs[name]]}
         if not trials:
             break
-        rows = runner.run(list(trials.values()))
+        rows = runner.run(list(trials.values()), need_checkpoints=cycle < last_cycle)
         for (name, s), t in trials.items():
             row = rows[t.key]
             chains[(name, s)].append(row)
@@ -105,8 +107,6 @@ def run_baselines(runner: Runner, tuning_seeds: list[int], eval_seeds: list[int]
                   racing: bool = False) -> dict[str, float]:
     """Tune every baseline's peak on the tuning seeds (raced with `racing`), then run them and the given SILO
     variants on the evaluation seeds."""
-    runner.progress.say(f"baselines: tuning the peak LR of {', '.join(schedules)} over {len(grid)} values"
-                        f"{', racing' * racing}")
     peaks = tune_peaks(runner, schedules, grid, tuning_seeds, racing)
     run_finals(runner, peaks, silo, eval_seeds)
     return peaks

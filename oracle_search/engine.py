@@ -174,6 +174,30 @@ class Engine:
             return {t.start_checkpoint for key, (_, t) in self._owner.items()
                     if t.start_checkpoint and key not in self.finished and key not in self.failed}
 
+    def trainings_in_flight(self, runner: "Runner") -> dict[str, str]:
+        """`runner`'s trainings handed over and neither finished nor failed: training identity -> the trial key
+        its row will land under."""
+        with self.done:
+            return {t.tags["training"]: key for key, (owner, t) in self._owner.items()
+                    if owner is runner and t.tags.get("training") and key == t.key
+                    and key not in self.finished and key not in self.failed}
+
+    # The lines of work that drive an engine (`side_by_side`) say when they start and end, and wait on each other
+    # through its events. A real engine needs none of that; the simulated one (`oracle_search.simulate_job`)
+    # advances its clock only once every line waits.
+    def event(self) -> threading.Event:
+        return threading.Event()
+
+    def lines_started(self, n: int) -> object:
+        """The calling thread hands its work to `n` new lines and waits for them; returns their group's token."""
+        return None
+
+    def line_begun(self, group: object) -> None:
+        """A line of `group` starts, in its own thread."""
+
+    def line_ended(self, group: object, last: bool) -> None:
+        """A line of `group` ended; `last`: the last of them, so the thread that started them goes on."""
+
     def owns(self, runner: "Runner", key: str, training: Training) -> None:
         """Record that the Tune trial `key` trains `training` for `runner`."""
         self._owner[key] = (runner, training)
@@ -243,14 +267,16 @@ class Engine:
             self.progress.say(f"  trial {config['key']} {why}; retrying ({attempt} of {self.max_failures})")
             self.queue.put([config | {"attempt": attempt}])
             return
-        with self.done:
-            self.failed[config["key"]] = why
-            self.news += 1
-            self.done.notify_all()
+        self._failed(config, why)
 
     def _fail(self, trial) -> None:
+        self._failed(trial.config["trial"], last_error_line(trial))
+
+    def _failed(self, config: dict, why: str) -> None:
+        """A trial failed for good; a fused trial's candidates too (another phase may wait for one of them)."""
         with self.done:
-            self.failed[trial.config["trial"]["key"]] = last_error_line(trial)
+            for key in (config["key"], *config.get("keys", ())):
+                self.failed[key] = why
             self.news += 1
             self.done.notify_all()
 
@@ -330,6 +356,10 @@ class Runner:
         self._trainings: dict[str, dict] | None = None
         self._checked: set[str] = set()  # start checkpoints verified by _check_starts
         self._deleted: set[str] = set()  # checkpoints retention deleted or found deleted (not checked again)
+        # A study's phases start trainings from threads of their own (`pipeline.run_study`): one hands over a batch
+        # at a time, so a training another phase already runs is waited for, not trained twice.
+        self._handing = threading.RLock()
+        self._awaited: dict[str, list[Training]] = {}  # training -> trials of other batches waiting for its row
 
     def __enter__(self) -> "Runner":
         return self
@@ -337,14 +367,16 @@ class Runner:
     def __exit__(self, exc_type, *exc) -> None:
         self.close(abort=exc_type is not None)
 
-    def run(self, trials: list[Training], reuse: bool = True) -> dict[str, dict]:
+    def run(self, trials: list[Training], reuse: bool = True, need_checkpoints: bool = False) -> dict[str, dict]:
         """Rows of all `trials`, training only those not already in the ledger; blocks until they finish; then
         deletes the checkpoints no chain can start from any more (`prune_checkpoints`).
 
         A trial whose training an earlier row already did (the same `training` tag, e.g. the LR-warmup baseline's
         cycle-0 tuning and the Oracle's cycle-0 grid) is not trained again: that row is copied under the trial's
-        key and tags, marked `reused`; with `reuse` False it is trained again (a checkpoint retention deleted)."""
-        started = self.start(trials, reuse)
+        key and tags, marked `reused`; with `reuse` False it is trained again (a checkpoint retention deleted).
+        `need_checkpoints`: the trials' next cycles start from them (a final chain), so a row whose checkpoint
+        retention deleted is not reused; the trial trains."""
+        started = self.start(trials, reuse, need_checkpoints)
         engine = self.engine
         with engine.done:
             while not started.waiting <= (engine.finished.keys() | engine.failed):
@@ -358,28 +390,48 @@ class Runner:
         self.prune_checkpoints()
         return rows
 
-    def start(self, trials: list[Training], reuse: bool = True) -> "Started":
+    def train_again(self, trials: list[Training]) -> dict[str, dict]:
+        """Train `trials` again under their keys, each one's ledger row moved to ledger/refused/ first: rows whose
+        checkpoint `--keep-checkpoints chain` deleted before a chain came to start from it. On the CPU it trains
+        the same numbers, on a GPU equal within rounding."""
+        for t in trials:
+            if self.ledger.get(t.key) is not None:
+                self.ledger.refuse(t.key)
+        return self.run(trials, reuse=False)
+
+    def start(self, trials: list[Training], reuse: bool = True, need_checkpoints: bool = False) -> "Started":
         """Hand `trials` to the experiment and return at once (`run` without the wait); `ready` gives their rows
         as they finish."""
-        rows = {t.key: row for t in trials if (row := self._hit(t)) is not None}
-        if reuse:
-            rows |= self._reuse([t for t in trials if t.key not in rows])
-        todo, twins = [], []  # twins: a later trial of a training this batch already runs
-        leaders: set[str] = set()
-        for t in (t for t in trials if t.key not in rows):
-            training = t.tags.get("training")
-            (twins if training and training in leaders else todo).append(t)
-            if training:
-                leaders.add(training)
-        waiting: set[str] = set()
-        if todo:
-            self._check_starts(todo)
-            for t in todo:
-                self.engine.owns(self, t.key, t)
-            configs = self._configs(todo)
-            self.engine.submit(configs)
-            waiting = {c["key"] for c in configs}  # a fused trial's key stands for its candidates
-        return Started(trials, rows, todo, twins, waiting)
+        with self._handing:
+            rows = {t.key: row for t in trials if (row := self._hit(t)) is not None}
+            if reuse:
+                rows |= self._reuse([t for t in trials if t.key not in rows], need_checkpoints)
+            # twins: trials of a training this batch or (with `reuse`) another phase's already runs; each gets that
+            # training's row once it lands
+            flying = self.engine.trainings_in_flight(self) if reuse else {}
+            todo, twins, leaders = [], [], set(flying)
+            for t in (t for t in trials if t.key not in rows):
+                training = t.tags.get("training")
+                (twins if training and training in leaders else todo).append(t)
+                if training:
+                    leaders.add(training)
+            waiting, running = set(), []  # running: trials handed over before under the same key
+            for t in twins:
+                if (training := t.tags["training"]) in flying:
+                    waiting.add(flying[training])
+                    if flying[training] == t.key:
+                        running.append(t)
+                    else:
+                        self._awaited.setdefault(training, []).append(t)
+            twins = [t for t in twins if t not in running]
+            if todo:
+                self._check_starts(todo)
+                for t in todo:
+                    self.engine.owns(self, t.key, t)
+                configs = self._configs(todo)
+                self.engine.submit(configs)
+                waiting |= {c["key"] for c in configs}  # a fused trial's key stands for its candidates
+        return Started(trials, rows, todo + running, twins, waiting)
 
     def ready(self, started: "Started", partial: bool = True) -> dict[str, dict]:
         """The rows of `started`'s trials finished so far, without waiting. With `partial`, a trial that failed
@@ -475,9 +527,13 @@ class Runner:
                                                     "keys": [t.key for t in chunk]})
         return configs
 
-    def _reuse(self, trials: list[Training]) -> dict[str, dict]:
+    def _reuse(self, trials: list[Training], need_checkpoints: bool = False) -> dict[str, dict]:
         if not any(t.tags.get("training") for t in trials):
             return {}
+        with self._handing:
+            return self._reuse_rows(trials, need_checkpoints)
+
+    def _reuse_rows(self, trials: list[Training], need_checkpoints: bool = False) -> dict[str, dict]:
         if self._trainings is None:  # training -> the row that trained it, read from the ledger once
             self._trainings = {}
             for row in self.ledger.rows():
@@ -486,7 +542,7 @@ class Runner:
         reused = {}
         for t in trials:
             row = self._trainings.get(t.tags.get("training"))
-            if row is None:
+            if row is None or (need_checkpoints and retention.is_deleted(row["checkpoint"])):
                 continue
             measured = {k: row[k] for k in (*ROW_METRICS, "experiment", "trial_id", "checkpoint") if k in row}
             reused[t.key] = measured | t.tags | {"key": t.key, "reused": True}
@@ -508,8 +564,10 @@ class Runner:
         many were deleted."""
         if self.spec.resources.keep_checkpoints != "chain":
             return 0
-        in_flight = self.engine.starts_in_flight()
-        deleted = retention.prune(self.ledger.rows(), finished=finished, in_flight=in_flight, known=self._deleted)
+        with self._handing:  # no phase hands over a batch, or copies a row it reuses, while the rows are read
+            in_flight = self.engine.starts_in_flight()
+            deleted = retention.prune(self.ledger.rows(), finished=finished, in_flight=in_flight,
+                                      known=self._deleted)
         if deleted and finished:
             self.progress.say(f"checkpoints: deleted {deleted} that nothing starts from (--keep-checkpoints chain)")
         return deleted
@@ -525,4 +583,9 @@ class Runner:
             cached = self._trainings.get(row["training"])
             if cached is None or cached["key"] == row["key"]:
                 self._trainings[row["training"]] = row
+        if row.get("training") in self._awaited:
+            # Copied at once, not when the waiting batch ends: the copy keeps the checkpoint for its chain
+            # (`retention`), which the leader's chain may move on from before then.
+            with self._handing:
+                self._reuse(self._awaited.pop(row["training"], []))
         self.progress.trial(row)

@@ -100,8 +100,14 @@ class Estimate:
     phases: list[Phase] = field(default_factory=list)
     replicates: int = 1  # whole studies run side by side on the same slots (each phase R times, R times as wide)
     oracle_walls: dict[str, float] | None = None  # --slots: one study's Oracle simulated per mode, seconds
+    job: dict | None = None  # --slots, compare: the whole job simulated (`simulate_job.JobWalls`)
 
     def seconds(self, which: str = "typical") -> float:
+        """Training seconds on the slots: typical, or at most. The phases one after another, each as wide as it is;
+        typical with `--slots` on a compare: the whole job simulated (`job`), which also counts each phase's
+        rounds one after another and the study's lines side by side."""
+        if which == "typical" and self.job:
+            return self.job["wall"]
         R = self.replicates
         return sum(R * getattr(p, f"{which}_epochs") * self.seconds_per_epoch / min(self.slots, max(1, R * p.width))
                    for p in self.phases)
@@ -110,7 +116,7 @@ class Estimate:
         return {"command": self.command, "precision": self.precision, "slots": self.slots,
                 "seconds_per_epoch": self.seconds_per_epoch, "source": self.source,
                 "phases": [asdict(p) for p in self.phases], "replicates": self.replicates, "seconds": self.seconds(),
-                "seconds_at_most": self.seconds("most"), "oracle_walls": self.oracle_walls}
+                "seconds_at_most": self.seconds("most"), "oracle_walls": self.oracle_walls, "job": self.job}
 
     def lines(self) -> list[str]:
         fields = ("typical", "most", "typical_trials", "most_trials", "typical_epochs", "most_epochs")
@@ -133,8 +139,16 @@ class Estimate:
                 *([f"replicates: {self.replicates} whole studies side by side on these slots (the table above is "
                    "one replicate's)"] if self.replicates > 1 else []),
                 *([self.walls_line()] if self.oracle_walls else []),
+                *([self.job_line()] if self.job else []),
                 f"estimate: {duration(self.seconds())} of training on {self.slots} slot(s) "
                 f"(at most {duration(self.seconds('most'))}), plus Ray's start"]
+
+    def job_line(self) -> str:
+        j = self.job
+        return (f"the whole job on {j['slots']} slots, simulated (the drivers' own code on the accuracy model, each "
+                f"study's lines side by side): {duration(j['wall'])} for {j['trainings']:,} trainings; the longest "
+                f"chain of dependent trainings in it {duration(j['longest_chain'])} "
+                f"(wall / chain {j['wall'] / j['longest_chain']:.2f})")
 
     def walls_line(self) -> str:
         from oracle_search.simulate import SPREAD
@@ -436,9 +450,14 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
                   f"{t['steps']} steps of {t['step'] * 1e3:.2f} ms x {t['steps_per_epoch']} + one evaluation "
                   f"{t['evaluation'] * 1e3:.0f} ms")
     replicates = options.replicates if command == "compare" else 1
-    walls = (oracle_walls(command, spec, options, n, spec.epochs * per_epoch)
-             if slots is not None and phases[0].fuse == 1 else None)
-    return Estimate(command, spec.precision, n, per_epoch, source, phases, replicates, walls)
+    simulated = slots is not None and phases[0].fuse == 1
+    walls = oracle_walls(command, spec, options, n, spec.epochs * per_epoch) if simulated else None
+    job = None
+    if simulated and command == "compare":
+        from oracle_search.simulate_job import simulate_compare
+
+        job = dataclasses.asdict(simulate_compare(spec, options, n, per_epoch))
+    return Estimate(command, spec.precision, n, per_epoch, source, phases, replicates, walls, job)
 
 
 def write(out: Path, found: Estimate) -> None:

@@ -13,6 +13,7 @@ paired differences are defined."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from oracle_search import retention
 from oracle_search.engine import Runner, Training
@@ -60,9 +61,7 @@ def restore_checkpoints(runner: Runner, cycle: int, starts: dict[int, dict | Non
                         "earlier run (--keep-checkpoints chain); training it again")
     trials = {s: oracle_trial(runner, cycle, s, row["max_lr"], starts[s], Stage(row["stage"]))
               for s, row in lost.items()}
-    for row in lost.values():
-        runner.ledger.refuse(row["key"])
-    rows = runner.run(list(trials.values()), reuse=False)
+    rows = runner.train_again(list(trials.values()))
     ledger_rows = runner.ledger.rows()
     return selected | {s: mark_selected(runner, rows[t.key], ledger_rows) for s, t in trials.items()}
 
@@ -99,10 +98,11 @@ def _race(runner: Runner, search: OracleSearch, cycle: int, starts: dict[int, di
 
 
 def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int = 3,
-               use_bracket: bool = True, *, mode: str) -> list[CycleOutcome]:
+               use_bracket: bool = True, *, mode: str,
+               decided: Callable[[CycleOutcome], None] | None = None) -> list[CycleOutcome]:
     """Run cycles 0..L on every seed; `refine` is the most refinement rounds per cycle; `mode` exhaustive or
     racing (module docstring). Each cycle's choice also counts the rows an earlier run on this folder trained from
-    the same starts (`earlier_rows`)."""
+    the same starts (`earlier_rows`). `decided` is called with each cycle's outcome once it is chosen."""
     spec, say = runner.spec, runner.progress.say
     search = OracleSearch(tuple(grid), tuple(seeds), refine, use_bracket, mode)
     outcomes: list[CycleOutcome] = []
@@ -140,6 +140,8 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
             f"(val {choice.best_acc:.1f} over {choice.n_seeds} seed(s)), interval [{choice.lo:.4g}, {choice.hi:.4g}], "
             f"not shown worse [{choice.noise_lo:.4g}, {choice.noise_hi:.4g}], {len(choice.values)} values"
             f"{'' if choice.unimodal else ', NOT unimodal'} [{runner.progress.elapsed()}]")
+        if decided is not None:
+            decided(outcomes[-1])
     return outcomes
 
 

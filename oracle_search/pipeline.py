@@ -17,7 +17,7 @@ import pandas as pd
 
 from oracle_search import options as recorded_options
 from oracle_search.options import CompareOptions, FitOptions, OracleOptions, at_least
-from oracle_search.schema import SILO_METHODS, Method, read_results
+from oracle_search.schema import BASELINES, SILO_METHODS, Method, read_results
 from oracle_search.statistics import MARGIN_PER_CYCLE
 from trainables.atomic import atomic_write_json
 from trainables.plugins import check_names, load_data
@@ -156,11 +156,11 @@ def one_driver(command: str):
     return wrap
 
 
-def _oracle(runner, options: OracleOptions):
+def _oracle(runner, options: OracleOptions, decided=None):
     from oracle_search.oracle import run_oracle
 
     return run_oracle(runner, tuning_seeds(runner.spec, options.seeds), list(runner.spec.grid),
-                      refine=options.refine, use_bracket=options.bracket, mode=options.mode)
+                      refine=options.refine, use_bracket=options.bracket, mode=options.mode, decided=decided)
 
 
 def _complete_for_verdict(runner, options: OracleOptions) -> None:
@@ -262,16 +262,23 @@ def fit_silo(spec: ExperimentSpec, out: Path, options: FitOptions = FitOptions()
     return study
 
 
-def _silo_variants(runner, options: CompareOptions, study) -> dict:
-    """silo_paper's parameters (needs the Oracle's dense best) and silo_fit's, where each exists."""
+def _silo_paper(runner, options: CompareOptions):
+    """silo_paper's parameters, its δ searched from this folder's Oracle dense best (ε); None without an Oracle here
+    (said) or when every δ diverged."""
     from oracle_search.silo_paper import tune_silo_paper
 
-    variants = {}
     dense = _dense_best(runner)
     if dense is None:
         runner.progress.say("silo_paper: no Oracle dense best in this folder; silo_paper is left out")
-    elif (p := tune_silo_paper(runner, dense, list(runner.spec.grid), tuning_seeds(runner.spec, options.oracle.seeds),
-                               options.fit.target(runner.spec), racing=options.oracle.racing)) is not None:
+        return None
+    return tune_silo_paper(runner, dense, list(runner.spec.grid), tuning_seeds(runner.spec, options.oracle.seeds),
+                           options.fit.target(runner.spec), racing=options.oracle.racing)
+
+
+def _silo_variants(runner, options: CompareOptions, study) -> dict:
+    """silo_paper's parameters (needs the Oracle's dense best) and silo_fit's, where each exists."""
+    variants = {}
+    if (p := _silo_paper(runner, options)) is not None:
         variants[Method.SILO_PAPER] = p
     if study is not None and (p := _fitted(study)) is not None:
         variants[Method.SILO_FIT] = p
@@ -300,29 +307,74 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
 
 
 def run_study(runner, options: CompareOptions):
-    """One whole study on `runner`'s folder: the Oracle, SILO (fit, then paper's δ), the baselines' tuning and every
-    method's final runs, the completions the verdict needs; writes the results table. Returns silo_fit's study
-    and the SILO variants that got parameters. `compare` runs one; `--replicates R` runs R side by side."""
-    from oracle_search.baselines import run_baselines
+    """One whole study on `runner`'s folder; writes the results table. Returns silo_fit's study and the SILO
+    variants that got parameters. `compare` runs one; `--replicates R` runs R side by side.
+
+    The Oracle walks its cycles. Once its cycle 0 is decided (the dense best: both SILO variants' ε, and the pool
+    the baselines' tuning races from), three lines of work run beside it, each ending in its methods' final runs
+    on the evaluation seeds: silo_fit's study, silo_paper's δ search, the baselines' tuning. None of them needs
+    a later Oracle cycle, so on many slots they fill what the Oracle's chain leaves idle (a training two lines
+    need is trained once: `engine.Runner.start`). Then the completions the verdict needs, which need every
+    method's schedule."""
+    from oracle_search.baselines import run_finals, tune_peaks
+    from oracle_search.side_by_side import first_error, side_by_side
 
     spec, say = runner.spec, runner.progress.say
     tune, evaluate = tuning_seeds(spec, options.oracle.seeds), evaluation_seeds(spec, options.eval_seeds)
+    racing = options.oracle.racing
     say(f"compare: {spec.preset}, {spec.cycles + 1} cycles, tuning seeds {tune}, evaluation seeds {evaluate} "
         f"-> {runner.out}")
     say("== 1/4 Oracle ==")
-    _oracle(runner, options.oracle)
-    runner.write_results()
-    study = None
-    if options.silo_fit:
-        say("== 2/4 SILO: silo_fit (Optuna), then silo_paper's δ ==")
-        study = _fit(runner, options.fit)
+    dense_decided = runner.engine.event()
+
+    def cycle_decided(outcome) -> None:
+        if outcome.cycle == 0:
+            say("== 2/4 beside the Oracle's later cycles: " + "silo_fit (Optuna), " * options.silo_fit
+                + "silo_paper's δ, the baselines' tuning; each then its final runs ==")
+            dense_decided.set()
+
+    def oracle() -> None:
+        try:
+            _oracle(runner, options.oracle, cycle_decided)
+        finally:
+            dense_decided.set()  # also when it stopped at cycle 0 (every value diverged) or failed
         runner.write_results()
-    else:
-        say("== 2/4 SILO: silo_paper's δ ==")
-    variants = _silo_variants(runner, options, study)
-    say("== 3/4 baselines' tuning and every method's final runs ==")
-    run_baselines(runner, tune, evaluate, list(spec.grid), variants, racing=options.oracle.racing)
-    if options.oracle.racing:
+
+    def beside_the_oracle(job):
+        def run():
+            dense_decided.wait()
+            return job()
+        return run
+
+    def silo_fit():
+        study = _fit(runner, options.fit)
+        if (params := _fitted(study)) is not None:
+            run_finals(runner, {}, {Method.SILO_FIT: params}, evaluate)
+        return study, params
+
+    def silo_paper():
+        if (params := _silo_paper(runner, options)) is not None:
+            run_finals(runner, {}, {Method.SILO_PAPER: params}, evaluate)
+        return params
+
+    def baselines():
+        run_finals(runner, tune_peaks(runner, BASELINES, list(spec.grid), tune, racing), {}, evaluate)
+
+    work = {"oracle": oracle, "silo_fit": beside_the_oracle(silo_fit), "silo_paper": beside_the_oracle(silo_paper),
+            "baselines": beside_the_oracle(baselines)}
+    if not options.silo_fit:
+        del work["silo_fit"]
+    # Ray's processes die with the thread that started them (PR_SET_PDEATHSIG), so the engine starts here: were
+    # a line to start it, Ray would go when that line ends.
+    runner.engine.start()
+    lines = side_by_side(work, runner.engine)
+    runner.write_results()
+    first_error(lines)
+    study, fitted = lines["silo_fit"].value if "silo_fit" in lines else (None, None)
+    variants = {method: params for method, params in
+                ((Method.SILO_PAPER, lines["silo_paper"].value), (Method.SILO_FIT, fitted)) if params is not None}
+    say("== 3/4 the completions the verdict needs ==" if racing else "== 3/4 every method's final runs done ==")
+    if racing:
         _complete_for_verdict(runner, options.oracle)
     runner.write_results()
     runner.prune_checkpoints(finished=True)

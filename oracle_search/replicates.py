@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 from contextlib import ExitStack
 from pathlib import Path
 
 import pandas as pd
 
+from oracle_search.side_by_side import first_error, side_by_side
 from trainables.atomic import atomic_write_json
 from trainables.spec import ExperimentSpec, SpecError
 
@@ -65,21 +65,6 @@ def check_folder(out: Path, replicates: int) -> None:
     if replicates > 1 and found is None and recorded_spec(Path(out)) is not None:
         raise SpecError("replicates", f"{out} holds a single run (--replicates 1); use a new --out for "
                         f"{replicates} replicates")
-
-
-class _Study(threading.Thread):
-    """One replicate's study in a thread of its own: its driver blocks on its own trainings only, so while it
-    waits for a decision the engine trains the others' ready trainings."""
-
-    def __init__(self, r: int, work):
-        super().__init__(name=f"replicate-{r}", daemon=True)
-        self.r, self.work, self.error, self.value = r, work, None, None
-
-    def run(self) -> None:
-        try:
-            self.value = self.work()
-        except BaseException as err:  # re-raised by the main thread, after the others ended
-            self.error = err
 
 
 def run_replicates(spec: ExperimentSpec, out: Path, options, address: str | None, callbacks: list[str] | None,
@@ -132,26 +117,14 @@ def run_replicates(spec: ExperimentSpec, out: Path, options, address: str | None
         say(f"compare: {spec.preset}, {R} replicates of {spec.cycles + 1} cycles on one engine -> {out}; " +
             "; ".join(f"replicate {r}: tuning seeds {t[0]}..{t[-1]}, evaluation seeds {e[0]}..{e[-1]}"
                       for r, (t, e) in seeds.items()))
-        studies = [_Study(r, lambda runner=runner: pipeline.run_study(runner, options)) for r, runner in runners.items()]
-        try:
-            for study in studies:
-                study.start()
-            for study in studies:
-                while study.is_alive():
-                    study.join(timeout=0.5)  # short joins: Ctrl-C reaches this thread
-        except BaseException:
-            engine.close(abort=True)  # the studies' waits end with RunFailed; finished trainings are kept
-            for study in studies:
-                study.join(timeout=30)
-            raise
+        studies = side_by_side({f"replicate-{r}": lambda runner=runner: pipeline.run_study(runner, options)
+                                for r, runner in runners.items()}, engine)
         engine.close()
     estimate.finish(out)
-    failed = [s for s in studies if s.error is not None]
-    for study in studies:
+    for name, study in studies.items():
         if study.error is None:
-            say(f"== replicate {study.r} done ==")
-    if failed:
-        raise failed[0].error
+            say(f"== {name.replace('-', ' ')} done ==")
+    first_error(studies)
     say("== report over the replicates ==")
     return pipeline.CompareResult(replicate_rows(out, list(specs)), pipeline.report(out))
 

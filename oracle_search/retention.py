@@ -8,9 +8,10 @@ ever started from again, and the ledger says which, so the rule reads the ledger
   completions before the verdict and any rerun start from it.
 - **An Oracle row not chosen is deleted once its cycle is decided**: a row of the same (cycle, seed) trained
   from the same start is chosen.
-- **A final run's chain keeps only its head**: a row is deleted once a later row has started from its checkpoint
-  (its `training` identity ends with `-from<that checkpoint's hash>`); a resume then reuses that later row. Final
-  chains advance together, one cycle per batch, and never branch.
+- **A final run's chain keeps only its head**: a row is deleted once a later row of the same chain (method and
+  seed) has started from its checkpoint (its `training` identity ends with `-from<that checkpoint's hash>`); a
+  resume then reuses that later row. A final chain never branches; two methods' chains can share a reused row
+  and advance at their own pace, and each keeps it while it is its head.
 - **silo_paper's δ search and silo_fit's trials keep theirs until the command ends**: both start new chains from
   old rows as they go (a new δ continues the cycles every δ shares).
 - **When a command has finished**, every other checkpoint goes too, except each final run's last cycle (the
@@ -46,7 +47,9 @@ def deletable(rows: list[dict], *, finished: bool, in_flight: set[str] = frozens
     """The checkpoint paths of `rows` (a folder's ledger) that no chain, resume or completion can start from
     (module docstring); `finished`: the command is done; `in_flight`: start checkpoints of queued or running
     trials."""
-    started = {_started_from(r) for r in rows} - {""}
+    # A final chain is a (method, seed): its head is the row that chain has not started from yet. Chains of two
+    # methods can share a row's checkpoint (a reused training) and advance at their own pace (`pipeline.run_study`).
+    started = {(r.get("method"), r.get("seed"), _started_from(r)) for r in rows}
     decided = {(r["cycle"], r["seed"], _started_from(r)) for r in rows if _oracle(r) and r.get("selected")}
     keep, drop = set(in_flight), set()
     for row in rows:
@@ -56,7 +59,7 @@ def deletable(rows: list[dict], *, finished: bool, in_flight: set[str] = frozens
         if _oracle(row):
             gone = not row.get("selected") and (finished or (row["cycle"], row["seed"], _started_from(row)) in decided)
         elif row.get("stage") == Stage.FINAL.value:
-            head = row.get("checkpoint_hash") not in started
+            head = (row.get("method"), row.get("seed"), row.get("checkpoint_hash")) not in started
             gone = not head or (finished and not row.get("selected"))
         else:  # the δ search and silo_fit branch new chains from old rows as they go: kept until the end
             gone = finished

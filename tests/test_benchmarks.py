@@ -24,6 +24,7 @@ LAST_LINE = {
     "eval_noise.py": rf"evaluation share of the variance = {N}: (above a quarter: enlarge the validation set|"
                      r"at most a quarter: keep it)",
     "fused_throughput.py": rf"resnet20 +2 native +{N} +{N} +\d+ +\d+ +{N}  {N}-{N} \| {N}-{N}",
+    "job_walls.py": rf"job_walls: side by side {N}, one after another {N}",
     "loader_throughput.py": r"loader_throughput: data img/s tensor=\d+ w0=\d+ w1=\d+ \| train img/s tensor=\d+ "
                             r"w0=\d+ w1=\d+",
     "gpu_tune_trial.py": r"fused trial ok: gpu_ids \[[^]]+\], device cpu; max_lr 0\.01: val \d+\.\d % in \d+\.\d s, "

@@ -47,6 +47,17 @@ def test_a_final_chain_keeps_only_its_head_and_the_searches_keep_theirs_until_th
         "/ck/f0", "/ck/f1", "/ck/d0", "/ck/d1", "/ck/e1", "/ck/t0", "/ck/t1"}
 
 
+def test_two_final_chains_sharing_a_reused_row_each_keep_it_while_it_is_their_head():
+    """silo_fit's final chain reused the constant baseline's cycle-1 training (the same peak from the same start):
+    the constant chain moving on to cycle 2 does not delete the checkpoint silo_fit's chain still starts from."""
+    constant = [row(f"f{c}", "constant", "final", c, 1000, f"h-f{c - 1}" if c else "", selected=True)
+                for c in range(3)]
+    shared = dict(constant[1], key="silo-f1", method="silo_fit")  # its copy: the same path and hash
+    assert deletable(constant + [shared], finished=False) == {"/ck/f0"}
+    moved_on = row("s2", "silo_fit", "final", 2, 1000, "h-f1", selected=True)
+    assert deletable(constant + [shared, moved_on], finished=False) == {"/ck/f0", "/ck/f1"}
+
+
 def test_a_shared_or_in_flight_checkpoint_is_never_deleted():
     rows = oracle_cycle(0, "", "b")
     # the baselines' tuning reused the Oracle's value a: the same path, a row that is a head of its own

@@ -1,0 +1,298 @@
+"""A whole `compare` on a virtual clock: the drivers' own code (`pipeline.run_study` for every replicate, its lines
+side by side) on a simulated engine with N slots, each training answered by the dry run's stated accuracy model
+(`simulate.AccuracyModel`) and lasting its epochs × the seconds per epoch × a lognormal factor (`simulate.SPREAD`).
+It gives the job's wall time on N slots and, beside it, the longest chain of dependent trainings in the same run:
+what the wall time would be with a slot for every training that is ready.
+
+**The clock** moves only when every line of work waits on the engine (`SimEngine`): a driver's thread that hands
+over trainings and waits, or waits on another line's event, stops counting; when none counts, the trainings
+queued so far take free slots (in the order handed over), and the earliest running one finishes: its row lands
+in its folder's ledger as a real one would, and the lines waiting on the engine go on.
+
+**A chain of dependent trainings**: a training handed over by a line depends on every training of that line that
+had finished before (the driver decided from their rows), and a line started once another's event was set (the
+Oracle's cycle 0) on what that line had seen. A chain's length is the sum of its trainings' seconds, queueing
+left out, so the longest one is the least wall time any number of slots could give this run's decisions.
+
+The model is stated, not measured on the run (`simulate`): a parabola in ln(peak) around the grid's geometric
+centre at every cycle, with the Oracle runs' noise, the same for every schedule. It drives the same searches the
+run does; their counts are typical, not this model's truth about any network."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import math
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from oracle_search.engine import ROW_METRICS, Engine, Runner, Training
+from oracle_search.progress import Progress
+from oracle_search.simulate import DIVERGE, NOISE, PEAK, SPREAD, centre
+from trainables.schedules import cycle_peak
+from trainables.spec import ExperimentSpec
+
+
+def _draw(key: str) -> np.random.Generator:
+    """A generator seeded by the training's identity: the same training gets the same row in any order."""
+    return np.random.default_rng(int(hashlib.sha256(key.encode()).hexdigest()[:16], 16))
+
+
+@dataclass(frozen=True)
+class Model:
+    """The accuracy and duration of a simulated training (module docstring)."""
+
+    seconds_per_epoch: float
+    curvature: float = 7.0
+    noise: float = NOISE
+    diverge: float = DIVERGE
+    spread: float = SPREAD
+
+    def row(self, t: Training) -> dict:
+        spec = t.spec
+        peak = cycle_peak(spec.schedule, t.cycle, spec.rate, t.max_lr)
+        x = math.log(peak / centre(list(spec.grid)))
+        rng = _draw(t.tags.get("training") or t.key)
+        val = PEAK - self.curvature * x * x + rng.normal(0.0, self.noise * (1 + abs(x)))
+        sigma = math.sqrt(math.log1p(self.spread ** 2))
+        seconds = self.seconds_per_epoch * spec.epochs * math.exp(rng.normal(-sigma * sigma / 2, sigma))
+        digest = hashlib.sha256(t.key.encode()).hexdigest()[:10]
+        return {"cycle": t.cycle, "seed": t.seed, "max_lr": peak, "density": 100.0 * (1 - spec.rate) ** t.cycle,
+                "val_acc": val, "test_acc": val, "best_epoch": spec.epochs, "epochs": spec.epochs,
+                "seconds": seconds, "device": "simulated", "precision": "fp32",
+                "diverged": bool(peak > self.diverge * centre(list(spec.grid))), "grad_std": 0.0, "act_std": 0.0,
+                "grad_hist": "", "act_hist": "", "checkpoint_hash": digest, "start_hash": "", "started": "",
+                "finished": "", "gpu_ids": "", "node_id": "simulated"}
+
+
+class _Clocked:
+    """The engine's condition (`with engine.done:`, `engine.done.wait()`): a wait stops its thread counting, and
+    the clock moves once no thread counts (`SimEngine`). Waits ignore their timeout: nothing happens in real time."""
+
+    def __init__(self, sim: "SimEngine"):
+        self.sim, self.cond = sim, threading.Condition(sim.lock)
+
+    def __enter__(self):
+        return self.cond.__enter__()
+
+    def __exit__(self, *exc):
+        return self.cond.__exit__(*exc)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        sim = self.sim
+        generation = sim.generation
+        sim.waiting += 1
+        sim.stop_counting()
+        while sim.generation == generation and not sim.stuck:
+            self.cond.wait()
+        return True
+
+    def notify_all(self) -> None:
+        self.cond.notify_all()
+
+
+class _Event:
+    """`Engine.event` on the clock: a thread waiting for it does not count until another line sets it."""
+
+    def __init__(self, sim: "SimEngine"):
+        self.sim, self.flag, self.waiters, self.chain = sim, False, 0, 0.0
+
+    def set(self) -> None:
+        sim = self.sim
+        with sim.lock:
+            self.flag = True
+            self.chain = max(self.chain, sim.chain_of())
+            sim.runnable += self.waiters
+            self.waiters = 0
+            sim.done.notify_all()
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def wait(self, timeout: float | None = None) -> bool:
+        sim = self.sim
+        with sim.lock:
+            if not self.flag:
+                self.waiters += 1
+                sim.stop_counting()
+                while not self.flag and not sim.stuck:
+                    sim.done.cond.wait()
+            sim.see(self.chain)
+        return self.flag
+
+
+@dataclass
+class _Group:
+    """Lines started together (`side_by_side`): the thread waiting for them, the chain it had seen, and the longest
+    one its lines have seen."""
+
+    parent: int
+    chain: float
+    seen: float = 0.0
+
+
+class SimEngine(Engine):
+    """An `Engine` whose trainings run on a virtual clock with `slots` slots (module docstring). Made in the thread
+    that then drives it (it counts as the one line running)."""
+
+    def __init__(self, spec: ExperimentSpec, model: Model, slots: int):
+        super().__init__(spec, spec.preset, None, "", Progress())
+        self.model, self.slots = model, slots
+        self.lock = threading.RLock()
+        self.done = _Clocked(self)
+        self.now = 0.0
+        self.generation = 0  # clock moves so far: a wait on `done` ends at the next one
+        self.runnable = 1  # lines not waiting (the thread that made the engine is the first)
+        self.waiting = 0  # threads waiting on `done`
+        self.stuck = False  # every line waits and nothing runs: the lines' waits end (Runner.run raises)
+        self.queue: list[tuple[Training, float, int]] = []  # handed over, waiting for a slot: (it, chain, thread)
+        self.submitter: dict[str, int] = {}  # a running training's key -> the thread that handed it over
+        self.running: list[tuple[float, int, Training, dict, float]] = []  # (end, order, training, row, chain end)
+        self.order = 0
+        self.chains: dict[int, float] = {}  # thread id -> the longest chain its line has seen
+        self.longest = 0.0
+        self.trainings = 0
+
+    # --- the lines ---------------------------------------------------------------------------------------------
+
+    def chain_of(self) -> float:
+        return self.chains.get(threading.get_ident(), 0.0)
+
+    def see(self, chain: float) -> None:
+        me = threading.get_ident()
+        self.chains[me] = max(self.chains.get(me, 0.0), chain)
+
+    def event(self) -> _Event:
+        return _Event(self)
+
+    def lines_started(self, n: int) -> "_Group":
+        with self.lock:
+            self.runnable += n - 1  # the caller waits for them: its count passes to them
+            return _Group(threading.get_ident(), self.chain_of())
+
+    def line_begun(self, group: "_Group") -> None:
+        with self.lock:
+            self.chains[threading.get_ident()] = group.chain
+
+    def line_ended(self, group: "_Group", last: bool) -> None:
+        with self.lock:
+            group.seen = max(group.seen, self.chain_of())
+            if last:  # the caller goes on, having seen what all its lines saw
+                self.chains[group.parent] = max(self.chains.get(group.parent, 0.0), group.seen)
+            else:
+                self.runnable -= 1
+                self._move()
+
+    def stop_counting(self) -> None:
+        """The calling thread waits (holding `lock`): once no line counts, move the clock."""
+        self.runnable -= 1
+        self._move()
+
+    # --- the engine's side -------------------------------------------------------------------------------------
+
+    def start(self) -> None:  # nothing to start: no Ray, no Tune
+        return None
+
+    def alive(self) -> bool:
+        return not self.stuck
+
+    def close(self, abort: bool = False) -> None:
+        return None
+
+    def submit(self, configs: list[dict]) -> None:
+        with self.lock:
+            me = threading.get_ident()
+            self.queue += [(self._owner[config["key"]][1], self.chains.get(me, 0.0), me) for config in configs]
+
+    def _move(self) -> None:
+        """While no line counts: start what the free slots take, then finish the earliest training; wake the
+        lines waiting on the engine."""
+        while self.runnable <= 0:
+            while self.queue and len(self.running) < self.slots:
+                training, chain, thread = self.queue.pop(0)
+                row = self.model.row(training)
+                self.order += 1
+                self.running.append((self.now + row["seconds"], self.order, training, row,
+                                     chain + row["seconds"]))
+                self.running.sort(key=lambda r: (r[0], r[1]))
+                self.submitter[training.key] = thread
+            if not self.running:
+                self.stuck = True
+                self.done.notify_all()
+                return
+            end, _, training, row, chain = self.running.pop(0)
+            self.now = end
+            self.longest = max(self.longest, chain)
+            self.trainings += 1
+            self._land(training, row)
+            submitter = self.submitter.pop(training.key)
+            self.chains[submitter] = max(self.chains.get(submitter, 0.0), chain)
+            self.generation += 1
+            self.runnable += self.waiting
+            self.waiting = 0
+            self.done.notify_all()
+
+    def _land(self, training: Training, metrics: dict) -> None:
+        owner = self._owner[training.key][0]
+        row = {k: metrics.get(k) for k in ROW_METRICS} | training.tags
+        row |= {"experiment": owner.experiment, "key": training.key, "trial_id": f"sim{self.order}",
+                "queued": "", "checkpoint": str(owner.out / "simulated" / training.key)}
+        owner.landed(row)
+        self.finished[training.key] = row
+        self.news += 1
+
+
+class SimRunner(Runner):
+    """A Runner on a `SimEngine`: its slots are the simulated cluster's."""
+
+    def slots(self, per: int = 1) -> int:
+        return max(1, self.engine.slots // per)
+
+
+@dataclass(frozen=True)
+class JobWalls:
+    """A simulated job: its wall time on the slots, its longest chain of dependent trainings, its trainings."""
+
+    slots: int
+    wall: float
+    longest_chain: float
+    trainings: int
+
+    @property
+    def ratio(self) -> float:
+        return self.wall / self.longest_chain if self.longest_chain else math.nan
+
+    def line(self) -> str:
+        from oracle_search.estimate import duration
+
+        return (f"on {self.slots} slots: {duration(self.wall)} for {self.trainings} trainings; the longest chain of "
+                f"dependent trainings {duration(self.longest_chain)} ({self.ratio:.2f}x)")
+
+
+def simulate_compare(spec: ExperimentSpec, options, slots: int, seconds_per_epoch: float,
+                     model: Model | None = None, study=None) -> JobWalls:
+    """`compare` with `options` (its replicates side by side, as `replicates.run_replicates` runs them) on `slots`
+    simulated slots, in a temporary folder. Trains nothing. `study`: what runs each replicate (default
+    `pipeline.run_study`; a benchmark passes another order of the same phases)."""
+    from oracle_search.pipeline import run_study
+    from oracle_search.replicates import replicate_dir, replicate_spec
+    from oracle_search.side_by_side import first_error, side_by_side
+
+    study = study or run_study
+    model = model or Model(seconds_per_epoch)
+    spec = dataclasses.replace(spec, resources=dataclasses.replace(spec.resources, keep_checkpoints="all"))
+    with tempfile.TemporaryDirectory(prefix="oracle-search-sim-") as tmp:
+        engine = SimEngine(spec, model, slots)
+        R = options.replicates
+        specs = {r: replicate_spec(spec, r) if R > 1 else spec for r in range(1, R + 1)}
+        runners = {r: SimRunner(out=replicate_dir(Path(tmp), r), spec=s, experiment=s.preset,
+                                progress=Progress(io.StringIO()), engine=engine)
+                   for r, s in specs.items()}
+        studies = side_by_side({f"replicate-{r}": lambda runner=runner: study(runner, options)
+                                for r, runner in runners.items()}, engine)
+        first_error(studies)
+        return JobWalls(slots, engine.now, engine.longest, engine.trainings)

@@ -1,0 +1,105 @@
+"""The whole job on a virtual clock (oracle_search.simulate_job), the lines of a study side by side
+(oracle_search.side_by_side, pipeline.run_study) and a training two lines need trained once (engine.Runner.start),
+on the simulated engine: the drivers' own code, no Ray, nothing trained."""
+from __future__ import annotations
+
+import io
+import sys
+import threading
+
+import pytest
+
+from conftest import ROOT
+from oracle_search.engine import Training
+from oracle_search.options import CompareOptions, FitOptions, OracleOptions
+from oracle_search.progress import Progress
+from oracle_search.side_by_side import first_error, side_by_side
+from oracle_search.simulate_job import Model, SimEngine, SimRunner, simulate_compare
+from trainables.presets import PRESETS
+
+TINY = PRESETS["tiny"].spec
+TINY_OPTIONS = CompareOptions(oracle=OracleOptions(seeds=2, refine=1), fit=FitOptions(trials=3), eval_seeds=2,
+                              replicates=1)
+
+
+def test_the_clock_fills_every_slot_it_has_and_runs_the_same_job_the_same_way():
+    """On one slot the wall time is every training's seconds end to end (no slot idles while work is queued);
+    on more it is shorter, never shorter than the longest chain; and a second run gives the same numbers."""
+    one = simulate_compare(TINY, TINY_OPTIONS, 1, 0.1)
+    four = simulate_compare(TINY, TINY_OPTIONS, 4, 0.1)
+    assert simulate_compare(TINY, TINY_OPTIONS, 4, 0.1) == four
+    assert one.trainings > 50 and one.longest_chain < one.wall
+    # each training lasts epochs x 0.1 s x a lognormal factor of mean 1: the sum is near trainings x 0.4 s
+    assert one.wall == pytest.approx(one.trainings * TINY.epochs * 0.1, rel=0.1)
+    assert four.longest_chain <= four.wall < one.wall / 2
+
+
+@pytest.mark.slow  # about 15 s: 1,300 simulated trainings, twice
+def test_on_64_slots_the_default_takes_little_more_than_its_longest_chain_and_one_phase_at_a_time_does_not():
+    """The speed issue's criterion, on the simulated default (3 replicates): wall time within 1.25x the longest
+    chain of dependent trainings. The control, its phases one after another (benchmarks/job_walls.py), misses it
+    against the same chain."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from job_walls import one_after_another
+
+    spec, options = PRESETS["mnist1d-mlp"].spec, CompareOptions()
+    side = simulate_compare(spec, options, 64, 0.144)
+    sequential = simulate_compare(spec, options, 64, 0.144, study=one_after_another)
+    assert side.wall <= 1.25 * side.longest_chain
+    assert sequential.wall > 1.4 * side.longest_chain
+
+
+def test_lines_side_by_side_all_run_to_the_end_and_the_first_error_is_given_back():
+    engine = SimEngine(TINY, Model(0.1), 2)
+    done = []
+
+    def fails():
+        raise ValueError("first")
+
+    lines = side_by_side({"a": fails, "b": lambda: done.append("b") or 2, "c": lambda: 3}, engine)
+    assert done == ["b"] and lines["b"].value == 2 and lines["c"].value == 3
+    with pytest.raises(ValueError, match="first"):
+        first_error(lines)
+
+
+def test_a_training_another_line_is_running_is_waited_for_not_trained_twice(tmp_path):
+    """Two lines hand over the same training (silo_paper's and the warmup baseline's first final cycles): it
+    trains once, the second line gets a copy marked reused as soon as it lands, and on the clock the second line
+    waits no longer than the first."""
+    engine = SimEngine(TINY, Model(0.1), 4)
+    runner = SimRunner(out=tmp_path / "study", spec=TINY, experiment="tiny", progress=Progress(io.StringIO()),
+                       engine=engine)
+
+    def trial(key: str) -> Training:
+        return Training(key, TINY, 0, 0.1, 1000, None, {"training": "shared", "method": key, "stage": "final"})
+
+    second_may_start = engine.event()
+    rows = {}
+
+    def first():
+        started = runner.start([trial("warmup")])
+        second_may_start.set()  # the second line hands its batch over while this one's training is in flight
+        news = 0
+        while "warmup" not in (got := runner.ready(started)):
+            news = runner.wait_for_news(news)
+        rows["warmup"] = got["warmup"]
+        assert started.todo and runner.run([trial("warmup")]) == {"warmup": got["warmup"]}  # a ledger hit now
+
+    def second():
+        second_may_start.wait()
+        rows["silo_paper"] = runner.run([trial("silo_paper")])["silo_paper"]
+
+    first_error(side_by_side({"first": first, "second": second}, engine))
+    assert engine.trainings == 1 and not rows["warmup"].get("reused")
+    assert rows["silo_paper"]["reused"] and rows["silo_paper"]["val_acc"] == rows["warmup"]["val_acc"]
+    assert runner.ledger.get("silo_paper")["reused"] and not runner.ledger.get("warmup").get("reused")
+
+
+def test_a_line_waiting_on_nothing_ends_with_an_error_not_a_hang():
+    """Every line waits and nothing runs (a driver bug): the clock cannot move, so the waits end and the Runner
+    raises RunFailed instead of hanging."""
+    engine = SimEngine(TINY, Model(0.1), 2)
+    never = engine.event()
+    lines = side_by_side({"stuck": lambda: never.wait()}, engine)
+    assert lines["stuck"].error is None and lines["stuck"].value is False and engine.stuck
+    assert threading.active_count() >= 1
