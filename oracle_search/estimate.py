@@ -28,7 +28,10 @@ The wall time: typical epochs × seconds per epoch / the slots a phase can fill 
 and GPUs divided by one trial's, `max_concurrent` respected, the same count the Runner runs by; never more than
 the trials a phase hands out at once). Seconds per epoch (one candidate's) come from `--seconds-per-epoch`, or from
 timing a few steps and one evaluation on a worker with one trial's resources (`probe_seconds_per_epoch`), of a
-fused network of the grid's candidates when the Oracle fuses (its time / the candidates)."""
+fused network of the grid's candidates when the Oracle fuses (its time / the candidates). With `--slots N` a compare
+is also run whole on a virtual clock (`simulate_job.simulate_compare`: the drivers' own code, its lines side by
+side), and that wall time is the typical estimate: the phase sum counts a phase as wide as it is, not its rounds
+one after another, and on many slots falls short."""
 from __future__ import annotations
 
 import dataclasses

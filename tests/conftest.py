@@ -206,8 +206,9 @@ def run_until(args: list[str], marker: str, env: dict[str, str]) -> None:
 
 @pytest.fixture(scope="session")
 def tiny_compare(ray_local, tmp_path_factory) -> CompareRun:
-    """`compare` on the tiny preset: a driver joined to the local Ray, SIGKILLed at stage 2/4 (the Oracle done,
-    SILO under way), then the same command run again in this process, which must resume it."""
+    """`compare` on the tiny preset: a driver joined to the local Ray, SIGKILLed at stage 2/4 (the Oracle's cycle 0
+    decided, SILO and the baselines' tuning starting beside its later cycles), then the same command run again in
+    this process, which must resume it."""
     import contextlib
     import io
     import json

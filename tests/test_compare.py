@@ -86,10 +86,11 @@ def test_a_racing_compare_races_every_tuning_phase_and_keeps_the_verdict_defined
 
 def test_chain_retention_resumes_after_sigkill_at_every_phase_boundary(tiny_compare, ray_local, tmp_path):
     """`--keep-checkpoints chain` (the default) deletes checkpoints while the run goes on. The same compare as the
-    shared run, SIGKILLed at each boundary in turn (an Oracle cycle decided, the Oracle done, silo_fit done, SILO
-    done, a final cycle done, the final sweep done), each time resumed by a new driver: every resume finds what it
-    starts from, and the finished table equals the shared run's row for row. What is left is the Oracle's chosen
-    chain and each final run's last cycle; every other checkpoint left a tombstone."""
+    shared run, SIGKILLed at each marker in turn (an Oracle cycle decided, its cycle 0 decided and the lines beside
+    it starting, silo_paper's δ search starting, every final run done, a final cycle done, the report starting),
+    each time resumed by a new driver: every resume finds what it starts from, and the finished table equals the
+    shared run's row for row. What is left is the Oracle's chosen chain and each final run's last cycle; every other
+    checkpoint left a tombstone."""
     import sys
 
     from conftest import cli, ray_env, run_until

@@ -28,7 +28,7 @@ OVERHEAD_S = 3.0
 @pytest.fixture(scope="module")
 def replicated(ray_local, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("replicated") / "cmp"
-    # Killed once a replicate has finished its Oracle: both replicates are under way.
+    # Killed once a replicate has decided its Oracle's cycle 0: both replicates are under way.
     run_until([sys.executable, "-m", "oracle_search.cli", *ARGV, "--out", str(out)], "== 2/4", ray_env(ray_local))
     before = {r: {p.name: json.loads(p.read_text())["trial_id"] for p in (out / f"replicate-{r}" / "ledger").glob("*.json")}
               for r in (1, 2)}
