@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import optuna
 
 from oracle_search.engine import ROW_METRICS, Engine, Runner, Training
 from oracle_search.progress import Progress
@@ -279,12 +280,24 @@ def simulate_compare(spec: ExperimentSpec, options, slots: int, seconds_per_epoc
     simulated slots, in a temporary folder. Trains nothing. `study`: what runs each replicate (default
     `pipeline.run_study`; a benchmark passes another order of the same phases)."""
     from oracle_search.pipeline import run_study
-    from oracle_search.replicates import replicate_dir, replicate_spec
-    from oracle_search.side_by_side import first_error, side_by_side
 
     study = study or run_study
     model = model or Model(seconds_per_epoch)
+    # silo_fit's simulated study lives in the temporary folder, never in the run's --study-storage
+    options = dataclasses.replace(options, fit=dataclasses.replace(options.fit, storage=None))
     spec = dataclasses.replace(spec, resources=dataclasses.replace(spec.resources, keep_checkpoints="all"))
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the simulated study's "created" lines are not news
+    try:
+        return _simulate(spec, options, slots, model, study)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+def _simulate(spec: ExperimentSpec, options, slots: int, model: Model, study) -> JobWalls:
+    from oracle_search.replicates import replicate_dir, replicate_spec
+    from oracle_search.side_by_side import first_error, side_by_side
+
     with tempfile.TemporaryDirectory(prefix="oracle-search-sim-") as tmp:
         engine = SimEngine(spec, model, slots)
         R = options.replicates

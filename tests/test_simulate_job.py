@@ -34,6 +34,17 @@ def test_the_clock_fills_every_slot_it_has_and_runs_the_same_job_the_same_way():
     assert four.longest_chain <= four.wall < one.wall / 2
 
 
+def test_the_simulation_writes_nothing_to_the_runs_study_storage(tmp_path):
+    """A dry run of a compare whose silo_fit study lives in a database simulates its study in a temporary folder:
+    the database is not created, let alone written."""
+    import dataclasses
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    options = dataclasses.replace(TINY_OPTIONS, fit=dataclasses.replace(TINY_OPTIONS.fit, storage=url))
+    assert simulate_compare(TINY, options, 4, 0.1) == simulate_compare(TINY, TINY_OPTIONS, 4, 0.1)
+    assert not (tmp_path / "studies.db").exists()
+
+
 @pytest.mark.slow  # about 15 s: 1,300 simulated trainings, twice
 def test_on_64_slots_the_default_takes_little_more_than_its_longest_chain_and_one_phase_at_a_time_does_not():
     """The speed issue's criterion, on the simulated default (3 replicates): wall time within 1.25x the longest
