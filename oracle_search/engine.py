@@ -390,15 +390,6 @@ class Runner:
         self.prune_checkpoints()
         return rows
 
-    def train_again(self, trials: list[Training]) -> dict[str, dict]:
-        """Train `trials` again under their keys, each one's ledger row moved to ledger/refused/ first: rows whose
-        checkpoint `--keep-checkpoints chain` deleted before a chain came to start from it. On the CPU it trains
-        the same numbers, on a GPU equal within rounding."""
-        for t in trials:
-            if self.ledger.get(t.key) is not None:
-                self.ledger.refuse(t.key)
-        return self.run(trials, reuse=False)
-
     def start(self, trials: list[Training], reuse: bool = True, need_checkpoints: bool = False) -> "Started":
         """Hand `trials` to the experiment and return at once (`run` without the wait); `ready` gives their rows
         as they finish."""
@@ -531,23 +522,20 @@ class Runner:
         if not any(t.tags.get("training") for t in trials):
             return {}
         with self._handing:
-            return self._reuse_rows(trials, need_checkpoints)
-
-    def _reuse_rows(self, trials: list[Training], need_checkpoints: bool = False) -> dict[str, dict]:
-        if self._trainings is None:  # training -> the row that trained it, read from the ledger once
-            self._trainings = {}
-            for row in self.ledger.rows():
-                if row.get("training") and not row.get("reused"):
-                    self._trainings.setdefault(row["training"], row)
-        reused = {}
-        for t in trials:
-            row = self._trainings.get(t.tags.get("training"))
-            if row is None or (need_checkpoints and retention.is_deleted(row["checkpoint"])):
-                continue
-            measured = {k: row[k] for k in (*ROW_METRICS, "experiment", "trial_id", "checkpoint") if k in row}
-            reused[t.key] = measured | t.tags | {"key": t.key, "reused": True}
-            self.ledger.record(reused[t.key])
-        return reused
+            if self._trainings is None:  # training -> the row that trained it, read from the ledger once
+                self._trainings = {}
+                for row in self.ledger.rows():
+                    if row.get("training") and not row.get("reused"):
+                        self._trainings.setdefault(row["training"], row)
+            reused = {}
+            for t in trials:
+                row = self._trainings.get(t.tags.get("training"))
+                if row is None or (need_checkpoints and retention.is_deleted(row["checkpoint"])):
+                    continue
+                measured = {k: row[k] for k in (*ROW_METRICS, "experiment", "trial_id", "checkpoint") if k in row}
+                reused[t.key] = measured | t.tags | {"key": t.key, "reused": True}
+                self.ledger.record(reused[t.key])
+            return reused
 
     def slots(self, per: int = 1) -> int:
         """How many groups of `per` trials to run at once (`trial_slots`)."""
@@ -583,9 +571,8 @@ class Runner:
             cached = self._trainings.get(row["training"])
             if cached is None or cached["key"] == row["key"]:
                 self._trainings[row["training"]] = row
-        if row.get("training") in self._awaited:
-            # Copied at once, not when the waiting batch ends: the copy keeps the checkpoint for its chain
-            # (`retention`), which the leader's chain may move on from before then.
-            with self._handing:
-                self._reuse(self._awaited.pop(row["training"], []))
+        # Trials of other batches waiting for this training get their copies now, not when their batch ends: a
+        # copy keeps the checkpoint for its own chain (`retention`), which the leader's chain may move on from first.
+        with self._handing:
+            self._reuse(self._awaited.pop(row.get("training"), []))
         self.progress.trial(row)

@@ -42,11 +42,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oracle_search.config import ORACLE_MODES
 from oracle_search.schema import BASELINES
 from trainables.atomic import atomic_write_json
 from trainables.spec import ExperimentSpec, SpecError
+
+if TYPE_CHECKING:  # the simulation imports Ray; the estimate's module is imported by --help
+    from oracle_search.simulate_job import JobWalls
 
 FIRST_ROUND_VALUES = 3  # a racing cycle's first round (b and its neighbours) on each seed: the Oracle's width
 MOST_ORACLE_VALUES_PER_ROUND = 4  # one per edge of the two intervals (selection.next_values)
@@ -103,14 +107,14 @@ class Estimate:
     phases: list[Phase] = field(default_factory=list)
     replicates: int = 1  # whole studies run side by side on the same slots (each phase R times, R times as wide)
     oracle_walls: dict[str, float] | None = None  # --slots: one study's Oracle simulated per mode, seconds
-    job: dict | None = None  # --slots, compare: the whole job simulated (`simulate_job.JobWalls`)
+    job: JobWalls | None = None  # --slots, compare: the whole job simulated
 
     def seconds(self, which: str = "typical") -> float:
         """Training seconds on the slots: typical, or at most. The phases one after another, each as wide as it is;
         typical with `--slots` on a compare: the whole job simulated (`job`), which also counts each phase's
         rounds one after another and the study's lines side by side."""
         if which == "typical" and self.job:
-            return self.job["wall"]
+            return self.job.wall
         R = self.replicates
         return sum(R * getattr(p, f"{which}_epochs") * self.seconds_per_epoch / min(self.slots, max(1, R * p.width))
                    for p in self.phases)
@@ -119,7 +123,8 @@ class Estimate:
         return {"command": self.command, "precision": self.precision, "slots": self.slots,
                 "seconds_per_epoch": self.seconds_per_epoch, "source": self.source,
                 "phases": [asdict(p) for p in self.phases], "replicates": self.replicates, "seconds": self.seconds(),
-                "seconds_at_most": self.seconds("most"), "oracle_walls": self.oracle_walls, "job": self.job}
+                "seconds_at_most": self.seconds("most"), "oracle_walls": self.oracle_walls,
+                "job": asdict(self.job) if self.job else None}
 
     def lines(self) -> list[str]:
         fields = ("typical", "most", "typical_trials", "most_trials", "typical_epochs", "most_epochs")
@@ -142,16 +147,9 @@ class Estimate:
                 *([f"replicates: {self.replicates} whole studies side by side on these slots (the table above is "
                    "one replicate's)"] if self.replicates > 1 else []),
                 *([self.walls_line()] if self.oracle_walls else []),
-                *([self.job_line()] if self.job else []),
+                *([self.job.line()] if self.job else []),
                 f"estimate: {duration(self.seconds())} of training on {self.slots} slot(s) "
                 f"(at most {duration(self.seconds('most'))}), plus Ray's start"]
-
-    def job_line(self) -> str:
-        j = self.job
-        return (f"the whole job on {j['slots']} slots, simulated (the drivers' own code on the accuracy model, each "
-                f"study's lines side by side): {duration(j['wall'])} for {j['trainings']:,} trainings; the longest "
-                f"chain of dependent trainings in it {duration(j['longest_chain'])} "
-                f"(wall / chain {j['wall'] / j['longest_chain']:.2f})")
 
     def walls_line(self) -> str:
         from oracle_search.simulate import SPREAD
@@ -459,7 +457,7 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
     if simulated and command == "compare":
         from oracle_search.simulate_job import simulate_compare
 
-        job = dataclasses.asdict(simulate_compare(spec, options, n, per_epoch))
+        job = simulate_compare(spec, options, n, per_epoch)
     return Estimate(command, spec.precision, n, per_epoch, source, phases, replicates, walls, job)
 
 

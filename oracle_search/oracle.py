@@ -61,7 +61,9 @@ def restore_checkpoints(runner: Runner, cycle: int, starts: dict[int, dict | Non
                         "earlier run (--keep-checkpoints chain); training it again")
     trials = {s: oracle_trial(runner, cycle, s, row["max_lr"], starts[s], Stage(row["stage"]))
               for s, row in lost.items()}
-    rows = runner.train_again(list(trials.values()))
+    for row in lost.values():
+        runner.ledger.refuse(row["key"])
+    rows = runner.run(list(trials.values()), reuse=False)
     ledger_rows = runner.ledger.rows()
     return selected | {s: mark_selected(runner, rows[t.key], ledger_rows) for s, t in trials.items()}
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import heapq
 import io
 import math
 import tempfile
@@ -55,8 +56,8 @@ class Model:
 
     def row(self, t: Training) -> dict:
         spec = t.spec
-        peak = cycle_peak(spec.schedule, t.cycle, spec.rate, t.max_lr)
-        x = math.log(peak / centre(list(spec.grid)))
+        peak, optimum = cycle_peak(spec.schedule, t.cycle, spec.rate, t.max_lr), centre(list(spec.grid))
+        x = math.log(peak / optimum)
         rng = _draw(t.tags.get("training") or t.key)
         val = PEAK - self.curvature * x * x + rng.normal(0.0, self.noise * (1 + abs(x)))
         sigma = math.sqrt(math.log1p(self.spread ** 2))
@@ -65,7 +66,7 @@ class Model:
         return {"cycle": t.cycle, "seed": t.seed, "max_lr": peak, "density": 100.0 * (1 - spec.rate) ** t.cycle,
                 "val_acc": val, "test_acc": val, "best_epoch": spec.epochs, "epochs": spec.epochs,
                 "seconds": seconds, "device": "simulated", "precision": "fp32",
-                "diverged": bool(peak > self.diverge * centre(list(spec.grid))), "grad_std": 0.0, "act_std": 0.0,
+                "diverged": bool(peak > self.diverge * optimum), "grad_std": 0.0, "act_std": 0.0,
                 "grad_hist": "", "act_hist": "", "checkpoint_hash": digest, "start_hash": "", "started": "",
                 "finished": "", "gpu_ids": "", "node_id": "simulated"}
 
@@ -151,8 +152,8 @@ class SimEngine(Engine):
         self.waiting = 0  # threads waiting on `done`
         self.stuck = False  # every line waits and nothing runs: the lines' waits end (Runner.run raises)
         self.queue: list[tuple[Training, float, int]] = []  # handed over, waiting for a slot: (it, chain, thread)
-        self.submitter: dict[str, int] = {}  # a running training's key -> the thread that handed it over
-        self.running: list[tuple[float, int, Training, dict, float]] = []  # (end, order, training, row, chain end)
+        # a heap of (end, order, training, row, chain end, the thread that handed it over)
+        self.running: list[tuple[float, int, Training, dict, float, int]] = []
         self.order = 0
         self.chains: dict[int, float] = {}  # thread id -> the longest chain its line has seen
         self.longest = 0.0
@@ -217,20 +218,17 @@ class SimEngine(Engine):
                 training, chain, thread = self.queue.pop(0)
                 row = self.model.row(training)
                 self.order += 1
-                self.running.append((self.now + row["seconds"], self.order, training, row,
-                                     chain + row["seconds"]))
-                self.running.sort(key=lambda r: (r[0], r[1]))
-                self.submitter[training.key] = thread
+                heapq.heappush(self.running, (self.now + row["seconds"], self.order, training, row,
+                                              chain + row["seconds"], thread))
             if not self.running:
                 self.stuck = True
                 self.done.notify_all()
                 return
-            end, _, training, row, chain = self.running.pop(0)
+            end, _, training, row, chain, submitter = heapq.heappop(self.running)
             self.now = end
             self.longest = max(self.longest, chain)
             self.trainings += 1
             self._land(training, row)
-            submitter = self.submitter.pop(training.key)
             self.chains[submitter] = max(self.chains.get(submitter, 0.0), chain)
             self.generation += 1
             self.runnable += self.waiting
@@ -263,15 +261,13 @@ class JobWalls:
     longest_chain: float
     trainings: int
 
-    @property
-    def ratio(self) -> float:
-        return self.wall / self.longest_chain if self.longest_chain else math.nan
-
     def line(self) -> str:
         from oracle_search.estimate import duration
 
-        return (f"on {self.slots} slots: {duration(self.wall)} for {self.trainings} trainings; the longest chain of "
-                f"dependent trainings {duration(self.longest_chain)} ({self.ratio:.2f}x)")
+        return (f"the whole job on {self.slots} slots, simulated (the drivers' own code on the accuracy model, each "
+                f"study's lines side by side): {duration(self.wall)} for {self.trainings:,} trainings; the longest "
+                f"chain of dependent trainings in it {duration(self.longest_chain)} "
+                f"(wall / chain {self.wall / self.longest_chain:.2f})")
 
 
 def simulate_compare(spec: ExperimentSpec, options, slots: int, seconds_per_epoch: float,
