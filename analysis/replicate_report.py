@@ -238,9 +238,12 @@ def needed_line(verdict: pd.DataFrame) -> str:
 # --- the report -----------------------------------------------------------------------------------------------
 
 def write_replicates_report(out: Path, runs: list[Path], margin_per_cycle: float, *,
-                            own_reports: bool = False) -> dict[str, Path]:
+                            own_reports: bool = False, of: int | None = None,
+                            failed: dict[str, str] | None = None) -> dict[str, Path]:
     """DIR/report.md, report.html, tables/verdict.csv, tables/replicates.csv (and .md/.tex) and figures over the
-    runs as replicates; with `own_reports`, each run's own report too (compare --replicates's folders)."""
+    runs as replicates; with `own_reports`, each run's own report too (compare --replicates's folders). `of`: how
+    many replicates the study planned, and `failed`: those that failed (folder name -> the line that ended it),
+    said first: the answer is then over the finished ones only."""
     from analysis.report import write_report
     from analysis.slots import slot_lanes
     from analysis import figures
@@ -255,6 +258,10 @@ def write_replicates_report(out: Path, runs: list[Path], margin_per_cycle: float
     per["replicate"] = per["replicate"].map(dict(enumerate(names)))
     n = len(reps)
     first = Section(f"The answer over {n} replicate{'s' * (n != 1)}")
+    if failed:
+        first.notes.append(f"{n} of {of or n + len(failed)} replicates; "
+                           + "; ".join(f"{name} failed: {line}" for name, line in failed.items())
+                           + ". Rerun the same command to resume it; this report is then written again over all.")
     first.tables += [answer_table(verdict, n), replicates_table(per, names)]
     first.notes_after += disagreements(reps, per)
     first.notes_after += [needed_line(verdict), SCIENCE]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from oracle_search.engine import Runner
+from oracle_search.retention import Claim
 from oracle_search.trials import Streaming, chain_suffix, cycle_trial, peak_name, silo_spec, silo_tags, tune_trial
 from oracle_search.schema import BASELINES, Method, Stage
 from oracle_search.racing import Pool, pool_of, run_races, tuning_race
@@ -48,6 +49,15 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], se
         peaks[name] = best
         runner.progress.say(f"  baselines: {name} tuned peak LR {best:.4g} over {len(seeds)} seed(s)")
     return peaks
+
+
+def claims(spec: ExperimentSpec, schedules: tuple[str, ...], grid: list[float], seeds: list[int]) -> list[Claim]:
+    """What the baselines' final runs will train, for retention (`retention.Claim`): each schedule held at one
+    peak from the grid (the tuned one, not known before the tuning) through every cycle, on the evaluation seeds.
+    The LR-warmup baseline at ε trains what silo_paper's final chain trains at cycles 0..q."""
+    peaks = tuple((v,) * (spec.cycles + 1) for v in grid)
+    return [Claim(spec.with_schedule(name=name).training_fingerprint(), frozenset(seeds), peaks)
+            for name in schedules]
 
 
 def run_chains(runner: Runner, runs: dict[str, tuple[ExperimentSpec, float | None, dict]], seeds: list[int],

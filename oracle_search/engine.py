@@ -16,7 +16,7 @@ from typing import Any, Callable
 import ray
 from ray import tune
 
-from oracle_search import retention
+from oracle_search import identity, retention
 from oracle_search.cluster import allow_pending, connect, trial_slots
 from oracle_search.fusion import fusable
 from oracle_search.ledger import Ledger
@@ -26,6 +26,7 @@ from oracle_search.warm import warm_actors
 from oracle_search.schema import COLUMNS, write_results
 from trainables.checkpoints import CheckpointError, verify_checkpoint
 from trainables.cycle import CycleResult
+from trainables.schedules import SiloParams, cycle_peak
 from trainables.sources import record_sources, runtime_env
 from trainables.timestamps import utc_now
 from trainables.spec import ExperimentSpec, SpecError
@@ -36,6 +37,8 @@ from trainables.tune_adapter import any_cycle_trainable, fused_rows
 PLACEMENT = ("gpu_ids", "node_id")
 ROW_METRICS = tuple(f.name for f in dataclasses.fields(CycleResult) if f.name in COLUMNS and f.name != "checkpoint") \
     + PLACEMENT
+# What the engine adds to a row beside the metrics and the training's tags.
+BOOKKEEPING = ("experiment", "key", "trial_id", "queued", "checkpoint", "fused", "reused")
 # `ray up` hands the autoscaler this file on the head (cluster.yaml: --autoscaling-config), resources filled in.
 ABORT_JOIN_S = 20.0  # how long an interrupted run waits for Tune to stop its trials
 
@@ -72,6 +75,7 @@ class Started:
     todo: list[Training]
     twins: list[Training]
     waiting: set[str]
+    need_checkpoints: bool = False  # a twin copies only a row whose checkpoint is there (`Runner.run`)
 
 
 def last_error_line(trial) -> str:
@@ -353,9 +357,15 @@ class Runner:
         if self.engine is None:
             self.engine = Engine(self.spec, self.experiment, self.address, self.storage, self.progress,
                                  self.trainable, self.max_failures, self.callbacks)
-        self._trainings: dict[str, dict] | None = None
+        self._trainings: dict[str, list[dict]] | None = None  # training -> the rows that trained it (not copies)
         self._checked: set[str] = set()  # start checkpoints verified by _check_starts
         self._deleted: set[str] = set()  # checkpoints retention deleted or found deleted (not checked again)
+        self._claims: dict[int, retention.Claim] = {}  # what the lines still running will train (`claiming`)
+        # Starts that were gone and were trained again (`_restore_starts`): the old path -> the new one; `_pinned`
+        # keeps a new one from retention until the trials that wait for it are handed over.
+        self._moved: dict[str, str] = {}
+        self._pinned: set[str] = set()
+        self._restoring = threading.RLock()  # a start restored may need its own start restored first
         # A study's phases start trainings from threads of their own (`pipeline.run_study`): one hands over a batch
         # at a time, so a training another phase already runs is waited for, not trained twice.
         self._handing = threading.RLock()
@@ -376,7 +386,12 @@ class Runner:
         key and tags, marked `reused`; with `reuse` False it is trained again (a checkpoint retention deleted).
         `need_checkpoints`: the trials' next cycles start from them (a final chain), so a row whose checkpoint
         retention deleted is not reused; the trial trains."""
-        started = self.start(trials, reuse, need_checkpoints)
+        rows = self._wait(self.start(trials, reuse, need_checkpoints))
+        self.prune_checkpoints()
+        return rows
+
+    def _wait(self, started: "Started") -> dict[str, dict]:
+        """Block until every trial of `started` has its row; RunFailed naming those that failed."""
         engine = self.engine
         with engine.done:
             while not started.waiting <= (engine.finished.keys() | engine.failed):
@@ -384,15 +399,15 @@ class Runner:
                     break
                 engine.done.wait(timeout=1.0)
         rows = self.ready(started, partial=False)
-        missing = [t.key for t in trials if t.key not in rows]
+        missing = [t.key for t in started.trials if t.key not in rows]
         if missing:
             raise self._failure(missing)
-        self.prune_checkpoints()
         return rows
 
     def start(self, trials: list[Training], reuse: bool = True, need_checkpoints: bool = False) -> "Started":
         """Hand `trials` to the experiment and return at once (`run` without the wait); `ready` gives their rows
-        as they finish."""
+        as they finish. A trial whose start checkpoint is gone has it trained again first (`_restore_starts`)."""
+        trials = self._restore_starts(trials)
         with self._handing:
             rows = {t.key: row for t in trials if (row := self._hit(t)) is not None}
             if reuse:
@@ -422,7 +437,8 @@ class Runner:
                 configs = self._configs(todo)
                 self.engine.submit(configs)
                 waiting |= {c["key"] for c in configs}  # a fused trial's key stands for its candidates
-        return Started(trials, rows, todo + running, twins, waiting)
+                self._pinned -= {t.start_checkpoint for t in todo}  # now in flight: `starts_in_flight` keeps them
+        return Started(trials, rows, todo + running, twins, waiting, need_checkpoints)
 
     def ready(self, started: "Started", partial: bool = True) -> dict[str, dict]:
         """The rows of `started`'s trials finished so far, without waiting. With `partial`, a trial that failed
@@ -434,7 +450,7 @@ class Runner:
             failed = [k for k in started.waiting if k in engine.failed]
             ended = not engine.alive()
         if started.twins:
-            rows |= self._reuse([t for t in started.twins if t.key not in rows])
+            rows |= self._reuse([t for t in started.twins if t.key not in rows], started.need_checkpoints)
         if partial and (failed or (ended and len(rows) < len(started.trials))):
             raise self._failure(failed or [t.key for t in started.trials if t.key not in rows])
         return rows
@@ -466,11 +482,6 @@ class Runner:
         would otherwise fail every trial of the next cycle, each attempt on a new actor, before the run gives up.
         A start in cloud storage or on another node's disk is checked by its trials."""
         for start in {t.start_checkpoint for t in trials if t.start_checkpoint} - self._checked:
-            if retention.is_deleted(start):
-                n = sum(t.start_checkpoint == start for t in trials)
-                raise RunFailed(f"{n} trial(s) not started: their start checkpoint {start} was deleted by "
-                                "--keep-checkpoints chain; rerun with a new --out, or keep every checkpoint with "
-                                "--keep-checkpoints all")
             if "://" in start or not Path(start).is_dir():
                 continue
             try:
@@ -493,6 +504,77 @@ class Runner:
                           f"{t.tags.get('training')}); refused, not reused: moved to {kept.relative_to(self.out)}, "
                           "training it again")
         return None
+
+    def _gone(self, path: str) -> bool:
+        """Whether the checkpoint at `path` can no longer be started from: retention deleted it (its tombstone), or
+        it is a local path under this run's storage that is not there (deleted by hand, a folder moved). A path
+        elsewhere (another node's disk, cloud storage) is checked by the trials that start from it."""
+        if retention.is_deleted(path):
+            return True
+        return "://" not in path and "://" not in self.storage and Path(path).is_relative_to(self.storage) \
+            and not Path(path).is_dir()
+
+    def _restore_starts(self, trials: list[Training]) -> list[Training]:
+        """`trials` with each start checkpoint that is gone trained again first (`_retrain`) and replaced by the
+        new one. Identical trainings make identical checkpoints (on a CPU bitwise; on a GPU within rounding), so
+        the trials train what they would have."""
+        starts = {t.start_checkpoint for t in trials if t.start_checkpoint}
+        if not any(s in self._moved or self._gone(s) for s in starts):
+            return trials
+        with self._restoring:  # two lines needing the same start train it once
+            for start in sorted(starts):
+                if start not in self._moved and self._gone(start):
+                    self._moved[start] = self._retrain(start, sum(t.start_checkpoint == start for t in trials))
+        return [dataclasses.replace(t, start_checkpoint=self._moved[t.start_checkpoint])
+                if t.start_checkpoint in self._moved else t for t in trials]
+
+    def _retrain(self, path: str, waiting: int) -> str:
+        """Train again the row whose checkpoint was `path` (from its own start, itself restored first when gone),
+        under its own key; every row that holds `path` (its copies) then holds the new checkpoint. Returns the new
+        path. RunFailed when no row of the ledger trained `path`, or its training cannot be rebuilt."""
+        holders = [r for r in self.ledger.rows() if r.get("checkpoint") == path]
+        original = next((r for r in holders if not r.get("reused")), holders[0] if holders else None)
+        trial, why = self._rebuild(original) if original else (None, f"no row of {self.out / 'ledger'} trained it")
+        if trial is None:
+            raise RunFailed(f"{waiting} trial(s) not started: their start checkpoint {path} is gone and cannot be "
+                            f"trained again ({why}); rerun with a new --out, or keep every checkpoint with "
+                            "--keep-checkpoints all")
+        self.progress.say(f"  checkpoint gone: training {original['key']} again (cycle {original['cycle']}, seed "
+                          f"{original['seed']}), {waiting} trial(s) start from it")
+        self.ledger.refuse(original["key"])  # trained again under its key; the old row kept in ledger/refused/
+        row = self._wait(self.start([trial], reuse=False))[trial.key]
+        self._pinned.add(row["checkpoint"])
+        with self._handing:
+            for held in holders:
+                if held["key"] != original["key"]:
+                    self.ledger.record(held | {"checkpoint": row["checkpoint"]})
+        if row.get("checkpoint_hash") != original.get("checkpoint_hash"):
+            self.progress.say(f"  {original['key']}: trained again to another checkpoint hash (a GPU's rounding); "
+                              "the trials after it keep their identities")
+        return row["checkpoint"]
+
+    def _rebuild(self, row: dict) -> tuple[Training | None, str]:
+        """The `Training` that made `row`, from its ledger fields and its start's row, checked against its recorded
+        identity; or None and why not."""
+        schedule = row.get("schedule") or self.spec.schedule.name
+        silo = (SiloParams(epsilon=row["epsilon"], delta=row["delta"], q=int(row["q"]), beta=row["beta"])
+                if schedule == "silo" else self.spec.schedule.silo)
+        spec = self.spec.with_schedule(name=schedule, silo=silo)
+        start_hash = identity.started_from(row.get("training") or "")
+        start = None
+        if start_hash:
+            found = [r for r in self.ledger.rows() if r.get("checkpoint_hash") == start_hash and r.get("checkpoint")]
+            if not found:
+                return None, f"no row of the ledger holds its start, hash {start_hash[:10]}"
+            start = next((r for r in found if not self._gone(r["checkpoint"])), found[0])["checkpoint"]
+        max_lr = None if schedule == "silo" else row["max_lr"]
+        made = identity.training(spec.training_fingerprint(), row["cycle"], row["seed"],
+                                 cycle_peak(spec.schedule, row["cycle"], spec.rate, max_lr), start_hash)
+        if made != row.get("training"):
+            return None, f"its recorded training {row.get('training')} is not the one its fields describe"
+        tags = {k: v for k, v in row.items() if k not in ROW_METRICS and k not in BOOKKEEPING}
+        return Training(key=row["key"], spec=spec, cycle=row["cycle"], max_lr=max_lr, seed=row["seed"],
+                        start_checkpoint=start, tags=tags | {"retrained": True}), ""
 
     def _configs(self, trials: list[Training]) -> list[dict]:
         """Tune trial configs: trials of one (spec, cycle, seed, start) that differ only in max_lr go together, up
@@ -519,18 +601,23 @@ class Runner:
         return configs
 
     def _reuse(self, trials: list[Training], need_checkpoints: bool = False) -> dict[str, dict]:
+        """Copies of the rows that already trained `trials`' trainings, under their keys and tags (recorded). A
+        row whose checkpoint is gone is copied only when nothing starts from the copy (not `need_checkpoints`)."""
         if not any(t.tags.get("training") for t in trials):
             return {}
         with self._handing:
-            if self._trainings is None:  # training -> the row that trained it, read from the ledger once
+            if self._trainings is None:  # training -> the rows that trained it, read from the ledger once
                 self._trainings = {}
                 for row in self.ledger.rows():
                     if row.get("training") and not row.get("reused"):
-                        self._trainings.setdefault(row["training"], row)
+                        self._trainings.setdefault(row["training"], []).append(row)
             reused = {}
             for t in trials:
-                row = self._trainings.get(t.tags.get("training"))
-                if row is None or (need_checkpoints and retention.is_deleted(row["checkpoint"])):
+                rows = self._trainings.get(t.tags.get("training"), [])
+                row = next((r for r in rows if not self._gone(r["checkpoint"])), None)
+                if row is None and not need_checkpoints and rows:
+                    row = rows[0]
+                if row is None:
                     continue
                 measured = {k: row[k] for k in (*ROW_METRICS, "experiment", "trial_id", "checkpoint") if k in row}
                 reused[t.key] = measured | t.tags | {"key": t.key, "reused": True}
@@ -546,6 +633,19 @@ class Runner:
         if self._own_engine:
             self.engine.close(abort)
 
+    def hold(self, claims: list[retention.Claim]) -> Callable[[], None]:
+        """Hold `claims` (what a line of work will train, from its plan): retention keeps every row on the
+        claimed chains (`retention.Claim`) until the returned function is called (once the line has ended)."""
+        with self._handing:
+            ids = [id(c) for c in claims]
+            self._claims.update(zip(ids, claims))
+
+        def release() -> None:
+            with self._handing:
+                for i in ids:
+                    self._claims.pop(i, None)
+        return release
+
     def prune_checkpoints(self, finished: bool = False) -> int:
         """Under `--keep-checkpoints chain` (the default), delete this folder's checkpoints that no chain, resume
         or completion can start from (`oracle_search.retention`); `finished`: the command is done. Returns how
@@ -553,9 +653,9 @@ class Runner:
         if self.spec.resources.keep_checkpoints != "chain":
             return 0
         with self._handing:  # no phase hands over a batch, or copies a row it reuses, while the rows are read
-            in_flight = self.engine.starts_in_flight()
+            in_flight = self.engine.starts_in_flight() | self._pinned
             deleted = retention.prune(self.ledger.rows(), finished=finished, in_flight=in_flight,
-                                      known=self._deleted)
+                                      known=self._deleted, claims=tuple(self._claims.values()))
         if deleted and finished:
             self.progress.say(f"checkpoints: deleted {deleted} that nothing starts from (--keep-checkpoints chain)")
         return deleted
@@ -567,10 +667,10 @@ class Runner:
         """A finished training's row, from the engine: into the ledger at once, then on screen."""
         self.ledger.record(row)
         if self._trainings is not None and row.get("training"):
-            # The first row of a training, or the same key trained again (`oracle.restore_checkpoints`).
-            cached = self._trainings.get(row["training"])
-            if cached is None or cached["key"] == row["key"]:
-                self._trainings[row["training"]] = row
+            # A new row of the training, or the same key trained again (`_restore_starts`): replaces the old one.
+            with self._handing:
+                rows = self._trainings.setdefault(row["training"], [])
+                rows[:] = [r for r in rows if r["key"] != row["key"]] + [row]
         # Trials of other batches waiting for this training get their copies now, not when their batch ends: a
         # copy keeps the checkpoint for its own chain (`retention`), which the leader's chain may move on from first.
         with self._handing:

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from oracle_search import retention
 from oracle_search.engine import Runner, Training
 from oracle_search.racing import RACING_FILE, OracleSearch, Pool, Race, carry, write_racing
 from oracle_search.schema import Method, Stage
@@ -47,25 +46,6 @@ def mark_selected(runner: Runner, best: dict, ledger_rows: list[dict]) -> dict:
         best = best | {"selected": True}
         runner.ledger.record(best)
     return best
-
-
-def restore_checkpoints(runner: Runner, cycle: int, starts: dict[int, dict | None],
-                        selected: dict[int, dict]) -> dict[int, dict]:
-    """`selected` with each row whose checkpoint `--keep-checkpoints chain` deleted (an earlier run on this folder
-    did not choose it) trained again, so the next cycle can start from it. The new row replaces the old one in
-    the ledger (moved to ledger/refused/); on the CPU it trains the same numbers, on a GPU equal within rounding."""
-    lost = {s: row for s, row in selected.items() if retention.is_deleted(row["checkpoint"])}
-    if not lost:
-        return selected
-    runner.progress.say(f"  cycle {cycle}: the chosen checkpoint of seed(s) {sorted(lost)} was deleted by an "
-                        "earlier run (--keep-checkpoints chain); training it again")
-    trials = {s: oracle_trial(runner, cycle, s, row["max_lr"], starts[s], Stage(row["stage"]))
-              for s, row in lost.items()}
-    for row in lost.values():
-        runner.ledger.refuse(row["key"])
-    rows = runner.run(list(trials.values()), reuse=False)
-    ledger_rows = runner.ledger.rows()
-    return selected | {s: mark_selected(runner, rows[t.key], ledger_rows) for s, t in trials.items()}
 
 
 def earlier_rows(runner: Runner, cycle: int, starts: dict[int, dict | None]) -> dict[str, dict]:
@@ -134,7 +114,6 @@ def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int 
         ledger_rows = runner.ledger.rows()  # read once per cycle, not once per seed
         at_best = {r["seed"]: r for r in rows.values() if lr_key(r["max_lr"]) == choice.best}
         selected = {s: mark_selected(runner, at_best[s], ledger_rows) for s in seeds}
-        selected = restore_checkpoints(runner, cycle, starts, selected)
         runner.prune_checkpoints()  # this cycle is decided: the values not chosen are never a start
         outcomes.append(CycleOutcome(cycle, choice, selected, rounds))
         runner.write_results()

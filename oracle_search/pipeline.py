@@ -316,6 +316,7 @@ def run_study(runner, options: CompareOptions):
     a later Oracle cycle, so on many slots they fill what the Oracle's chain leaves idle (a training two lines
     need is trained once: `engine.Runner.start`). Then the completions the verdict needs, which need every
     method's schedule."""
+    from oracle_search import baselines as baseline_plan, silo_paper as silo_paper_plan
     from oracle_search.baselines import run_finals, tune_peaks
     from oracle_search.side_by_side import first_error, side_by_side
 
@@ -326,9 +327,14 @@ def run_study(runner, options: CompareOptions):
         f"-> {runner.out}")
     say("== 1/4 Oracle ==")
     dense_decided = runner.engine.event()
+    # What the lines beside the Oracle will train, held for retention from before they start until each ends
+    # (`retention.Claim`): silo_paper's cycles 0..q at ε may be rows the Oracle's later cycles would delete.
+    releases = {}
 
     def cycle_decided(outcome) -> None:
         if outcome.cycle == 0:
+            releases["silo_paper"] = runner.hold(silo_paper_plan.claims(spec, outcome.choice.best, tune + evaluate))
+            releases["baselines"] = runner.hold(baseline_plan.claims(spec, BASELINES, list(spec.grid), evaluate))
             say("== 2/4 beside the Oracle's later cycles: " + "silo_fit (Optuna), " * options.silo_fit
                 + "silo_paper's δ, the baselines' tuning; each then its final runs ==")
             dense_decided.set()
@@ -343,7 +349,11 @@ def run_study(runner, options: CompareOptions):
     def beside_the_oracle(job):
         def run():
             dense_decided.wait()
-            return job()
+            try:
+                return job()
+            finally:
+                if job.__name__ in releases:
+                    releases.pop(job.__name__)()
         return run
 
     def silo_fit():
@@ -417,10 +427,12 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
     return result
 
 
-def report(out: Path, margin: float | None = None) -> Path:
+def report(out: Path, margin: float | None = None, replicates: list[int] | None = None,
+           failed: dict[int, str] | None = None) -> Path:
     """Write the report of a results folder, or of a folder of replicates (its report over them, and each
     replicate's own); returns report.html's path (report.md lies beside it). `margin`: points per compared cycle
-    (default: what the replicates' folder recorded, else 0.5)."""
+    (default: what the replicates' folder recorded, else 0.5); `replicates`: only these (default: all), and
+    `failed`: the others', each with the line that ended it (said at the top of the report)."""
     from analysis.replicate_report import write_replicates_report
     from analysis.report import write_report
     from oracle_search.replicates import manifest, replicate_dir
@@ -430,8 +442,11 @@ def report(out: Path, margin: float | None = None) -> Path:
     if found is None:
         return write_report(out, margin_per_cycle=MARGIN_PER_CYCLE if margin is None else margin)["report.html"]
     margin = found["margin_per_cycle"] if margin is None else margin
-    runs = [replicate_dir(out, r) for r in range(1, found["replicates"] + 1)]
-    return write_replicates_report(out, runs, margin, own_reports=True)["report.html"]
+    chosen = replicates if replicates is not None else range(1, found["replicates"] + 1)
+    runs = [replicate_dir(out, r) for r in chosen]
+    return write_replicates_report(out, runs, margin, own_reports=True, of=found["replicates"],
+                                   failed={replicate_dir(out, r).name: line for r, line in (failed or {}).items()}
+                                   )["report.html"]
 
 
 def results(out: Path) -> pd.DataFrame:

@@ -117,16 +117,33 @@ def run_replicates(spec: ExperimentSpec, out: Path, options, address: str | None
         say(f"compare: {spec.preset}, {R} replicates of {spec.cycles + 1} cycles on one engine -> {out}; " +
             "; ".join(f"replicate {r}: tuning seeds {t[0]}..{t[-1]}, evaluation seeds {e[0]}..{e[-1]}"
                       for r, (t, e) in seeds.items()))
-        studies = side_by_side({f"replicate-{r}": lambda runner=runner: pipeline.run_study(runner, options)
+        studies = side_by_side({r: lambda runner=runner: pipeline.run_study(runner, options)
                                 for r, runner in runners.items()}, engine)
         engine.close()
     estimate.finish(out)
-    for name, study in studies.items():
-        if study.error is None:
-            say(f"== {name.replace('-', ' ')} done ==")
-    first_error(studies)
-    say("== report over the replicates ==")
-    return pipeline.CompareResult(replicate_rows(out, list(specs)), pipeline.report(out))
+    done = [r for r, study in studies.items() if study.error is None]
+    for r in done:
+        say(f"== replicate {r} done ==")
+    if not done:
+        first_error(studies)
+    # A replicate that failed never loses the others: the report covers the finished ones and says which failed;
+    # the command then fails naming it, and a rerun resumes it (its finished trainings are in its ledger).
+    failed = {r: one_line(study.error) for r, study in studies.items() if study.error is not None}
+    say(f"== report over the replicates{f' ({len(done)} of {R})' if failed else ''} ==")
+    report = pipeline.report(out, replicates=done, failed=failed)
+    if failed:
+        from oracle_search.engine import RunFailed
+
+        raise RunFailed("; ".join(f"replicate {r} failed: {line}" for r, line in failed.items())
+                        + f"; the report at {report.parent / 'report.md'} covers replicate(s) "
+                        + ", ".join(map(str, done)) + "; rerun the same command to resume")
+    return pipeline.CompareResult(replicate_rows(out, done), report)
+
+
+def one_line(err: BaseException) -> str:
+    """An error as one line: its message's first line, with its kind where the message does not say it."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return text if text else type(err).__name__
 
 
 def _write_estimate(out: Path, spec: ExperimentSpec, options, address, seconds_per_epoch, say) -> None:

@@ -17,41 +17,85 @@ ever started from again, and the ledger says which, so the rule reads the ledger
 - **When a command has finished**, every other checkpoint goes too, except each final run's last cycle (the
   trained networks the report describes).
 - **Never** one that a queued or running trial starts from.
+- **Never** one that a line of work still running may start from, by its plan (`Claim`): a line says, before it
+  starts, which chains from scratch it will train (seeds and the peak of each cycle), and every row on those
+  chains is kept until the line ends, whichever line trained it. silo_paper trains cycles 0..q at ε, the Oracle's
+  dense best, so the Oracle's cycle-1 row at ε is its chain too even when the Oracle's cycle 1 chose another
+  value; a baseline held at ε trains what silo_paper's final chain trains at cycles 0..q (`pipeline.run_study`).
 
 A checkpoint is a path; reused rows share their original's. A path is deleted only when no row keeps it. A deleted
-checkpoint leaves a one-line tombstone beside it (`PATH.deleted`), so a trial that would start from it is refused
-with a clear message (`Runner._check_starts`) and the Oracle can retrain a chosen row whose checkpoint an earlier
-run deleted (`Runner.restore_checkpoints`).
+checkpoint leaves a one-line tombstone beside it (`PATH.deleted`). A trial whose start is gone all the same (an
+earlier command's retention, a lost node, a folder deleted by hand) has that start trained again from its own
+ancestor (`Runner._restore_starts`).
 """
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
+from oracle_search import identity
 from oracle_search.schema import Method, Stage
 
 TOMBSTONE = ".deleted"
 
 
+@dataclass(frozen=True)
+class Claim:
+    """What a line of work will still train, from its plan: on each of `seeds`, for each of `peaks`, the chain from
+    scratch whose cycle-k peak LR is `peaks[k]`, under the training fingerprint `fingerprint`. Every row on such a
+    chain is kept while the claim is held (`Runner.claiming`): the line may reuse it and start from it."""
+
+    fingerprint: str
+    seeds: frozenset[int]
+    peaks: tuple[tuple[float, ...], ...]
+
+    def paths(self, by_training: dict[str, list[dict]]) -> set[str]:
+        """The checkpoints of the rows on the claimed chains; `by_training`: the ledger's rows by identity."""
+        kept: set[str] = set()
+        for seed in self.seeds:
+            for peaks in self.peaks:
+                starts = {""}
+                for cycle, peak in enumerate(peaks):
+                    rows = [r for h in starts
+                            for r in by_training.get(identity.training(self.fingerprint, cycle, seed, peak, h), ())]
+                    kept |= {r["checkpoint"] for r in rows if r.get("checkpoint")}
+                    starts = {r["checkpoint_hash"] for r in rows if r.get("checkpoint_hash")}
+                    if not starts:
+                        break
+        return kept
+
+
+def claimed(rows: list[dict], claims) -> set[str]:
+    """The checkpoint paths of `rows` that any of `claims` keeps."""
+    if not claims:
+        return set()
+    by_training: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("training"):
+            by_training.setdefault(row["training"], []).append(row)
+    return set().union(*(c.paths(by_training) for c in claims))
+
+
 def _started_from(row: dict) -> str:
     """The checkpoint hash `row` trained from ("" for a first cycle), from its training identity."""
-    training = row.get("training") or ""
-    return training.rsplit("-from", 1)[1] if "-from" in training else ""
+    return identity.started_from(row.get("training") or "")
 
 
 def _oracle(row: dict) -> bool:
     return row.get("method") == Method.ORACLE.value
 
 
-def deletable(rows: list[dict], *, finished: bool, in_flight: set[str] = frozenset()) -> set[str]:
+def deletable(rows: list[dict], *, finished: bool, in_flight: set[str] = frozenset(),
+              claims: tuple[Claim, ...] = ()) -> set[str]:
     """The checkpoint paths of `rows` (a folder's ledger) that no chain, resume or completion can start from
     (module docstring); `finished`: the command is done; `in_flight`: start checkpoints of queued or running
-    trials."""
+    trials; `claims`: what the lines still running will train."""
     # A final chain is a (method, seed): its head is the row that chain has not started from yet. Chains of two
     # methods can share a row's checkpoint (a reused training) and advance at their own pace (`pipeline.run_study`).
     started = {(r.get("method"), r.get("seed"), _started_from(r)) for r in rows}
     decided = {(r["cycle"], r["seed"], _started_from(r)) for r in rows if _oracle(r) and r.get("selected")}
-    keep, drop = set(in_flight), set()
+    keep, drop = set(in_flight) | claimed(rows, claims), set()
     for row in rows:
         path = row.get("checkpoint")
         if not path:
@@ -95,11 +139,11 @@ def delete(path: str) -> None:
 
 
 def prune(rows: list[dict], *, finished: bool, in_flight: set[str] = frozenset(),
-          known: set[str] | None = None) -> int:
+          known: set[str] | None = None, claims: tuple[Claim, ...] = ()) -> int:
     """Delete what `deletable` names and is not deleted yet; returns how many were deleted now. `known`: paths
     already found deleted, not looked at again (updated)."""
     known = set() if known is None else known
-    drop = deletable(rows, finished=finished, in_flight=in_flight)
+    drop = deletable(rows, finished=finished, in_flight=in_flight, claims=claims)
     todo = [p for p in sorted(drop - known) if not is_deleted(p)]
     for path in todo:
         delete(path)

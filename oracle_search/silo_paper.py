@@ -32,6 +32,7 @@ from typing import Callable
 
 from oracle_search.baselines import run_chains
 from oracle_search.engine import Runner
+from oracle_search.retention import Claim
 from oracle_search.trials import grid_key, silo_spec, silo_tags
 from oracle_search.schema import Method, Stage
 from trainables.atomic import atomic_write_json
@@ -39,6 +40,7 @@ from oracle_search.curve import Curve, lr_key
 from oracle_search.racing import Pair, Race, Settings, run_race
 from oracle_search.selection import RESOLUTION
 from trainables.schedules import SiloParams
+from trainables.spec import ExperimentSpec
 
 PAPER_Q, PAPER_BETA = 1, 5.0
 DELTA_VALUES = 3  # first candidates: ε + δ on the next 3 grid values above ε
@@ -209,6 +211,15 @@ class DeltaPlan:
             return new
 
         return run_race(race, train, slots, refine, self.rounds)
+
+
+def claims(spec: ExperimentSpec, epsilon: float, seeds: list[int]) -> list[Claim]:
+    """What silo_paper will train whatever δ is, for retention (`retention.Claim`): on its tuning and evaluation
+    seeds, cycles 0..q at ε. The Oracle's cycle-1 row at ε is that training even when its cycle 1 chose another
+    value, and a δ chain or a final chain reaching it later starts from it."""
+    peaks = (epsilon,) * (min(PAPER_Q, spec.cycles) + 1)
+    fingerprint = silo_spec(spec, SiloParams(epsilon=epsilon, q=PAPER_Q, beta=PAPER_BETA)).training_fingerprint()
+    return [Claim(fingerprint, frozenset(seeds), (peaks,))]
 
 
 def search_delta(runner: Runner, epsilon: float, grid: list[float], seeds: list[int],

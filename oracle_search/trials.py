@@ -7,13 +7,10 @@ from __future__ import annotations
 from typing import Callable, Hashable
 
 from oracle_search.engine import Runner, Started, Training
+from oracle_search.identity import grid_key, training
 from oracle_search.schema import Method, Stage
 from trainables.schedules import SiloParams, cycle_peak
 from trainables.spec import ExperimentSpec
-
-
-def grid_key(value: float) -> str:
-    return f"{value:.6g}"
 
 
 def chain_suffix(start: dict | None) -> str:
@@ -23,9 +20,8 @@ def chain_suffix(start: dict | None) -> str:
 
 def training_id(spec: ExperimentSpec, cycle: int, seed: int, max_lr: float | None, start: dict | None) -> str:
     """Identity of a training: two trials with the same id train the same network the same way."""
-    peak = cycle_peak(spec.schedule, cycle, spec.rate, max_lr)
-    return (f"{spec.training_fingerprint()}-c{cycle}-s{seed}-lr{grid_key(peak)}"
-            f"-from{start['checkpoint_hash'] if start else ''}")
+    return training(spec.training_fingerprint(), cycle, seed, cycle_peak(spec.schedule, cycle, spec.rate, max_lr),
+                    start["checkpoint_hash"] if start else "")
 
 
 def cycle_trial(spec: ExperimentSpec, key: str, cycle: int, seed: int, max_lr: float | None, start: dict | None,

@@ -3,12 +3,13 @@ on ledgers written by hand; deleting leaves a tombstone; a trial that would star
 refused with one line. The whole compare under SIGKILL at every phase boundary: tests/test_compare.py."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
-from oracle_search import retention
-from oracle_search.retention import deletable
+from oracle_search import identity, retention
+from oracle_search.retention import Claim, deletable
 
 
 def row(key: str, method: str, stage: str, cycle: int, seed: int, start: str = "", selected: bool = False) -> dict:
@@ -92,17 +93,22 @@ def test_a_checkpoint_behind_a_uri_is_deleted_through_its_file_system(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["chain", "all"])
-def test_a_trial_from_a_deleted_checkpoint_is_refused_in_one_line_and_all_keeps_every_one(ray_local, tmp_path,
-                                                                                        policy):
+def test_a_trial_from_a_gone_checkpoint_has_its_start_trained_again_and_all_keeps_every_one(ray_local, tmp_path,
+                                                                                          policy):
     """`oracle` on the tiny preset: under `chain` the values not chosen are deleted (tombstones beside them) and the
-    chosen chain stays; a trial that would start from a deleted one is refused before it starts. Under `all`
-    nothing is deleted."""
+    chosen chain stays; a trial that would start from a deleted one, or from one deleted by hand, has its start
+    trained again from its own ancestor (the same bytes on a CPU), said and marked `retrained`. Twins of one
+    training in a chain copy the new row, never the deleted one. Where the start's row is gone too, the trial is
+    refused in one line. Under `all` nothing is deleted."""
+    import shutil
+
     from oracle_search import cli
     from oracle_search.engine import RunFailed, Runner
     from oracle_search.ledger import Ledger
-    from oracle_search.trials import oracle_trial
+    from oracle_search.pipeline import recorded_spec
+    from oracle_search.progress import Progress
     from oracle_search.schema import Stage
-    from trainables.presets import PRESETS
+    from oracle_search.trials import cycle_trial, oracle_trial
 
     out = tmp_path / policy
     assert cli.main(["oracle", "--preset", "tiny", "--cycles", "1", "--grid", "0.02,0.1,0.3", "--seeds", "1",
@@ -117,7 +123,125 @@ def test_a_trial_from_a_deleted_checkpoint_is_refused_in_one_line_and_all_keeps_
     kept = [r for r in rows if r.get("selected")]
     assert len(kept) == 2 and all(Path(r["checkpoint"]).is_dir() for r in kept)
     lost = next(r for r in gone if r["cycle"] == 0)
-    spec = PRESETS["tiny"].spec
+    said = io.StringIO()
+    spec = recorded_spec(out)  # as the command resolved it (its precision): the rows' identities are its
+    with Runner(out, spec, "restored", progress=Progress(said, live=False)) as runner:
+        got = runner.run([oracle_trial(runner, 1, 0, 0.05, lost, Stage.REFINE)])
+        (row,) = got.values()
+        again = runner.ledger.get(lost["key"])
+        assert again["retrained"] and again["checkpoint"] != lost["checkpoint"]
+        assert again["checkpoint_hash"] == lost["checkpoint_hash"]  # the same bytes (a CPU)
+        assert retention.is_deleted(again["checkpoint"])  # the trial it was for has run: nothing needs it now
+        assert again["val_acc"] == lost["val_acc"] and row["training"].endswith(lost["checkpoint_hash"])
+        assert (out / "ledger" / "refused" / f"{lost['key']}.json").exists()
+        assert said.getvalue().count("checkpoint gone: training") == 1
+
+        # Twins: two chains of one training (a δ chain's cycle 1 at ε for two δ values) whose earlier row, the
+        # Oracle's, was deleted. The leader trains; the twin copies the leader's row, whose checkpoint is there.
+        start = next(r for r in rows if r["cycle"] == 0 and r.get("selected"))
+        dead = next(r for r in gone if r["cycle"] == 1)
+        twins = [cycle_trial(spec, f"twin{i}", 1, 0, dead["max_lr"], start, {"method": "silo_paper", "stage": "tune"})
+                 for i in (1, 2)]
+        assert twins[0].tags["training"] == dead["training"]
+        got = runner.run(twins, need_checkpoints=True)
+        assert got["twin1"]["checkpoint"] == got["twin2"]["checkpoint"] != dead["checkpoint"]
+        assert Path(got["twin2"]["checkpoint"]).is_dir()
+
+        # Deleted by hand (no tombstone): the chosen cycle-0 checkpoint; a trial from it trains it again
+        shutil.rmtree(start["checkpoint"])
+        runner.run([oracle_trial(runner, 1, 0, 0.2, start, Stage.REFINE)])
+        assert runner.ledger.get(start["key"])["retrained"]
+
+    # The start's own row is gone from the ledger too: nothing says how to train it; refused in one line
+    chosen1 = next(r for r in rows if r["cycle"] == 1 and r.get("selected"))
+    Ledger(out).refuse(chosen1["key"])
+    shutil.rmtree(chosen1["checkpoint"])
     with Runner(out, spec, "refused") as runner:
-        with pytest.raises(RunFailed, match="deleted by --keep-checkpoints chain.*--keep-checkpoints all"):
-            runner.run([oracle_trial(runner, 1, 0, 0.05, lost, Stage.REFINE)])
+        with pytest.raises(RunFailed, match="is gone and cannot be trained again.*--keep-checkpoints all"):
+            runner.run([oracle_trial(runner, 2, 0, 0.05, chosen1, Stage.REFINE)])
+
+
+# --- retention from the lines' plans (`retention.Claim`) ----------------------------------------------------------
+
+FP = "fp"
+
+
+def trained(key: str, method: str, stage: str, cycle: int, seed: int, peak: float, start: dict | None = None,
+            selected: bool = False, fingerprint: str = FP) -> dict:
+    """A ledger row with a real training identity (`identity.training`): peak `peak` at `cycle`, from `start`'s
+    checkpoint; its own checkpoint /ck/KEY hashed h-KEY."""
+    return {"key": key, "method": method, "stage": stage, "cycle": cycle, "seed": seed, "selected": selected,
+            "max_lr": peak, "checkpoint": f"/ck/{key}", "checkpoint_hash": f"h-{key}",
+            "training": identity.training(fingerprint, cycle, seed, peak, start["checkpoint_hash"] if start else "")}
+
+
+def copy_of(row: dict, key: str, method: str, stage: str, selected: bool = False) -> dict:
+    """Another line's copy of `row` (a reused training): its checkpoint and identity, its own key and tags."""
+    return dict(row, key=key, method=method, stage=stage, selected=selected, reused=True)
+
+
+def oracle_two_cycles(seed: int = 0, eps: float = 0.16, b1: float = 0.32) -> list[dict]:
+    """The issue's case: the Oracle's dense best is ε; its cycle 1 chose b1 ≠ ε from the chosen dense row."""
+    c0 = {v: trained(f"o0-{v}", "oracle", "grid", 0, seed, v, selected=v == eps) for v in (0.08, eps, b1)}
+    c1 = {v: trained(f"o1-{v}", "oracle", "grid", 1, seed, v, c0[eps], selected=v == b1) for v in (0.08, eps, b1)}
+    return [*c0.values(), *c1.values()]
+
+
+def test_the_oracle_row_at_epsilon_stays_while_silo_papers_plan_claims_it_though_the_oracle_chose_another():
+    """The main job's failure, built by hand: silo_paper's δ chains train cycles 0..q at ε; the Oracle's cycle 1
+    chose 0.32, so its cycle-1 row at ε is no longer its chain. Before silo_paper's δ chains reach it, retention
+    must not delete it; once the line has ended (its claim released), it goes."""
+    rows = oracle_two_cycles()
+    claim = Claim(FP, frozenset({0}), ((0.16, 0.16),))
+    assert "/ck/o1-0.16" in deletable(rows, finished=False)  # no plan held: the old rule deletes it
+    kept = deletable(rows, finished=False, claims=(claim,))
+    assert "/ck/o1-0.16" not in kept and "/ck/o0-0.16" not in kept
+    assert kept == {"/ck/o0-0.08", "/ck/o0-0.32", "/ck/o1-0.08"}
+    # another seed, another fingerprint (the cosine baseline), another ε: not this plan's chains
+    for other in (Claim(FP, frozenset({1}), ((0.16, 0.16),)), Claim("cosine", frozenset({0}), ((0.16, 0.16),)),
+                  Claim(FP, frozenset({0}), ((0.08, 0.08),))):
+        assert "/ck/o1-0.16" in deletable(rows, finished=False, claims=(other,))
+    assert "/ck/o1-0.16" in deletable(rows, finished=True)  # the command ended: no line is left to claim it
+
+
+def test_silo_papers_claims_are_its_plan_cycles_zero_to_q_at_epsilon_on_its_seeds():
+    from oracle_search import silo_paper
+    from trainables.presets import PRESETS
+
+    spec = PRESETS["tiny"].spec
+    (claim,) = silo_paper.claims(spec, 0.16, [0, 1, 1000])
+    assert claim.seeds == {0, 1, 1000} and claim.peaks == ((0.16,) * (silo_paper.PAPER_Q + 1),)
+    # SILO trains LR warmup at the peak its curve gives: the warmup schedule's trainings are its trainings
+    assert claim.fingerprint == spec.with_schedule(name="warmup").training_fingerprint()
+
+
+def test_every_reuse_path_keeps_the_rows_its_line_will_start_from():
+    """δ chains, final chains of two methods, the baselines' plan, the completions: each keeps what it will start
+    from while its line runs."""
+    from oracle_search import baselines
+    from trainables.presets import PRESETS
+
+    rows = oracle_two_cycles()
+    c0_eps = rows[1]
+    # δ chains: the first δ reused the Oracle's ε rows at cycles 0 and 1; a new δ later branches from cycle 1
+    delta = [copy_of(rows[1], "d-c0", "silo_paper", "tune"), copy_of(rows[4], "d-c1", "silo_paper", "tune")]
+    assert "/ck/o1-0.16" not in deletable(rows + delta, finished=False)  # a copy keeps its checkpoint
+    # finals on an evaluation seed: the warmup baseline at ε and silo_paper share cycles 0..1; the warmup chain
+    # moved on to cycle 2 before silo_paper's final chain reached its cycle 1
+    warm = [trained("w0", "warmup", "final", 0, 1000, 0.16, selected=True)]
+    warm.append(trained("w1", "warmup", "final", 1, 1000, 0.16, warm[0], selected=True))
+    warm.append(trained("w2", "warmup", "final", 2, 1000, 0.16, warm[1], selected=True))
+    assert {"/ck/w0", "/ck/w1"} <= deletable(rows + warm, finished=False)
+    plan = Claim(FP, frozenset({1000}), ((0.16, 0.16),))  # silo_paper's final chain, not started yet
+    assert not {"/ck/w0", "/ck/w1"} & deletable(rows + warm, finished=False, claims=(plan,))
+    # the baselines' plan: every schedule held at one grid value on the evaluation seeds
+    spec = PRESETS["tiny"].spec
+    claims = baselines.claims(spec, ("warmup",), [0.08, 0.16, 0.32], [1000])
+    fp = spec.with_schedule(name="warmup").training_fingerprint()
+    silo = [trained("s0", "silo_paper", "final", 0, 1000, 0.16, selected=True, fingerprint=fp)]
+    silo.append(trained("s1", "silo_paper", "final", 1, 1000, 0.16, silo[0], selected=True, fingerprint=fp))
+    silo.append(trained("s2", "silo_paper", "final", 2, 1000, 0.5, silo[1], selected=True, fingerprint=fp))
+    assert {"/ck/s0", "/ck/s1"} <= deletable(silo, finished=False)
+    assert not {"/ck/s0", "/ck/s1"} & deletable(silo, finished=False, claims=tuple(claims))
+    # the completions start from the Oracle's chosen chain, which is always kept
+    assert not {c0_eps["checkpoint"], rows[5]["checkpoint"]} & deletable(rows, finished=False)
