@@ -47,6 +47,9 @@ class RunFailed(RuntimeError):
     """Trials failed even after retries; finished ones are kept, a rerun resumes."""
 
 
+RERUN = "finished trials are kept, rerun the command to resume"
+
+
 @dataclass(frozen=True)
 class Training:
     """The engine's unit of work: one cycle to train (a Tune trial runs one, or several fused). Named apart from
@@ -400,17 +403,24 @@ class Runner:
                 engine.done.wait(timeout=1.0)
         rows = self.ready(started, partial=False)
         missing = [t.key for t in started.trials if t.key not in rows]
-        if missing:
-            raise self._failure(missing)
+        if missing:  # name a trial that failed (a missing twin waited on it) where there is one
+            with engine.done:
+                failed = [k for k in started.waiting if k in engine.failed]
+            raise self._failure(failed + [k for k in missing if k not in failed])
         return rows
 
     def start(self, trials: list[Training], reuse: bool = True, need_checkpoints: bool = False) -> "Started":
         """Hand `trials` to the experiment and return at once (`run` without the wait); `ready` gives their rows
         as they finish. A trial whose start checkpoint is gone has it trained again first (`_restore_starts`)."""
-        trials = self._restore_starts(trials)
         with self._handing:
             rows = {t.key: row for t in trials if (row := self._hit(t)) is not None}
             if reuse:
+                rows |= self._reuse([t for t in trials if t.key not in rows], need_checkpoints)
+        # Outside the lock: a start trained again lands through `landed`, which takes it.
+        restored = {t.key: t for t in self._restore_starts([t for t in trials if t.key not in rows])}
+        trials = [restored.get(t.key, t) for t in trials]
+        with self._handing:
+            if reuse and restored:  # landed while a start was trained again
                 rows |= self._reuse([t for t in trials if t.key not in rows], need_checkpoints)
             # twins: trials of a training this batch or (with `reuse`) another phase's already runs; each gets that
             # training's row once it lands
@@ -475,7 +485,7 @@ class Runner:
         cause = f" ({engine.tune_error})" if engine.tune_error else ""
         first = missing[0] + (f": {engine.failed[missing[0]]}" if missing[0] in engine.failed else "")
         return RunFailed(f"{len(missing)} trial(s) failed after {self.max_failures} retries{cause} "
-                         f"(first: {first}); finished trials are kept, rerun the command to resume")
+                         f"(first: {first}); {RERUN}")
 
     def _check_starts(self, trials: list[Training]) -> None:
         """Check each start checkpoint this machine can read once, before any trial starts from it: a corrupt one

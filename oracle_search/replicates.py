@@ -141,9 +141,12 @@ def run_replicates(spec: ExperimentSpec, out: Path, options, address: str | None
 
 
 def one_line(err: BaseException) -> str:
-    """An error as one line: its message's first line, with its kind where the message does not say it."""
-    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    return text if text else type(err).__name__
+    """An error as one line: its message's first line (its kind when it has none), without the advice to rerun
+    (the command's own line gives it once)."""
+    from oracle_search.engine import RERUN
+
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return text.removesuffix(f"; {RERUN}")
 
 
 def _write_estimate(out: Path, spec: ExperimentSpec, options, address, seconds_per_epoch, say) -> None:

@@ -4,11 +4,15 @@ refused with one line. The whole compare under SIGKILL at every phase boundary: 
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from oracle_search import identity, retention
+from oracle_search.ledger import Ledger
 from oracle_search.retention import Claim, deletable
 
 
@@ -245,3 +249,54 @@ def test_every_reuse_path_keeps_the_rows_its_line_will_start_from():
     assert not {"/ck/s0", "/ck/s1"} & deletable(silo, finished=False, claims=tuple(claims))
     # the completions start from the Oracle's chosen chain, which is always kept
     assert not {c0_eps["checkpoint"], rows[5]["checkpoint"]} & deletable(rows, finished=False)
+
+
+CLI = str(Path(sys.executable).parent / "oracle-search")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# --- the main job's failure at base seed 10000, as the fp32 machines train it -------------------------------------
+
+DELTA_SEARCH = """
+import sys
+from pathlib import Path
+from oracle_search.engine import Runner
+from oracle_search.pipeline import _dense_best, recorded_spec, tuning_seeds
+from oracle_search.silo_paper import tune_silo_paper
+
+out = Path(sys.argv[1])
+spec = recorded_spec(out)
+with Runner(out, spec, spec.preset) as runner:
+    found = tune_silo_paper(runner, _dense_best(runner), list(spec.grid), tuning_seeds(spec, 3), spec.cycles,
+                            racing=True)
+    runner.prune_checkpoints(finished=True)
+print("delta", found.delta)
+"""
+
+
+@pytest.mark.slow
+def test_silo_papers_delta_chains_pass_cycle_one_after_the_oracle_chose_another_value_there_fp32(tmp_path):
+    """The issue's reproduction on its failing line: `oracle --seed 10000 --cycles 2` (fp32 on AVX2 kernels, forced:
+    there the Oracle's dense best is 0.16 and its cycle 1 chooses 0.32, so retention deletes every cycle-1 row at
+    0.16), then silo_paper's δ search on the same folder (q = 1: every δ chain trains cycle 1 at ε = 0.16, the
+    Oracle's deleted row). Before, the second δ chain copied the deleted row and cycle 2 was refused. Its own Ray
+    (workers inherit the kernels' environment); the rest of `compare` is left out to spare CI's time."""
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"ONEDNN_MAX_CPU_ISA": "AVX2",
+                                                                          "ATEN_CPU_CAPABILITY": "avx2"}
+    done = subprocess.run([CLI, "oracle", "--seed", "10000", "--cycles", "2", "--precision", "fp32",
+                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = Ledger(out).rows()
+    chosen = {r["cycle"]: r["max_lr"] for r in rows if r.get("selected")}
+    if not (chosen[0] == pytest.approx(0.16) and chosen[1] != pytest.approx(0.16)):
+        pytest.skip(f"these kernels chose {chosen}: not the case (b at cycle 1 differs from the dense best)")
+    at_eps = [r for r in rows if r["cycle"] == 1 and r["max_lr"] == pytest.approx(0.16)]
+    assert at_eps and all(retention.is_deleted(r["checkpoint"]) for r in at_eps)
+    done = subprocess.run([sys.executable, "-c", DELTA_SEARCH, str(out)], env=env, capture_output=True, text=True,
+                          timeout=1200, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "delta" in done.stdout.splitlines()[-1]
+    delta = [r for r in Ledger(out).rows() if r.get("method") == "silo_paper"]
+    assert {r["seed"] for r in delta if r["cycle"] == 2} == {10000, 10001, 10002}  # every seed reached cycle 2
+    assert not any(r.get("retrained") for r in Ledger(out).rows())  # trained once, not trained again
