@@ -17,6 +17,7 @@ import ray
 from ray import tune
 
 from oracle_search import identity, retention
+from oracle_search.identity import Training
 from oracle_search.cluster import allow_pending, connect, trial_slots
 from oracle_search.fusion import fusable
 from oracle_search.ledger import Ledger
@@ -26,7 +27,6 @@ from oracle_search.warm import warm_actors
 from oracle_search.schema import COLUMNS, write_results
 from trainables.checkpoints import CheckpointError, verify_checkpoint
 from trainables.cycle import CycleResult
-from trainables.schedules import SiloParams, cycle_peak
 from trainables.sources import record_sources, runtime_env
 from trainables.timestamps import utc_now
 from trainables.spec import ExperimentSpec, SpecError
@@ -48,23 +48,6 @@ class RunFailed(RuntimeError):
 
 
 RERUN = "finished trials are kept, rerun the command to resume"
-
-
-@dataclass(frozen=True)
-class Training:
-    """The engine's unit of work: one cycle to train (a Tune trial runs one, or several fused). Named apart from
-    Tune's and Optuna's trials, which are other things."""
-    key: str  # unique within a run directory; names the trial in the ledger
-    spec: ExperimentSpec
-    cycle: int
-    max_lr: float | None
-    seed: int
-    start_checkpoint: str | None
-    tags: dict[str, Any] = field(default_factory=dict)  # extra results-table fields: method, stage, ...
-
-    def config(self) -> dict[str, Any]:
-        return {"spec": self.spec, "cycle": self.cycle, "max_lr": self.max_lr, "seed": self.seed,
-                "start_checkpoint": self.start_checkpoint, "key": self.key}
 
 
 @dataclass
@@ -544,7 +527,9 @@ class Runner:
         path. RunFailed when no row of the ledger trained `path`, or its training cannot be rebuilt."""
         holders = [r for r in self.ledger.rows() if r.get("checkpoint") == path]
         original = next((r for r in holders if not r.get("reused")), holders[0] if holders else None)
-        trial, why = self._rebuild(original) if original else (None, f"no row of {self.out / 'ledger'} trained it")
+        trial, why = (identity.rebuild(original, self.spec, self.ledger.rows(), self._gone,
+                                       not_tags=(*ROW_METRICS, *BOOKKEEPING))
+                      if original else (None, f"no row of {self.out / 'ledger'} trained it"))
         if trial is None:
             raise RunFailed(f"{waiting} trial(s) not started: their start checkpoint {path} is gone and cannot be "
                             f"trained again ({why}); rerun with a new --out, or keep every checkpoint with "
@@ -562,29 +547,6 @@ class Runner:
             self.progress.say(f"  {original['key']}: trained again to another checkpoint hash (a GPU's rounding); "
                               "the trials after it keep their identities")
         return row["checkpoint"]
-
-    def _rebuild(self, row: dict) -> tuple[Training | None, str]:
-        """The `Training` that made `row`, from its ledger fields and its start's row, checked against its recorded
-        identity; or None and why not."""
-        schedule = row.get("schedule") or self.spec.schedule.name
-        silo = (SiloParams(epsilon=row["epsilon"], delta=row["delta"], q=int(row["q"]), beta=row["beta"])
-                if schedule == "silo" else self.spec.schedule.silo)
-        spec = self.spec.with_schedule(name=schedule, silo=silo)
-        start_hash = identity.started_from(row.get("training") or "")
-        start = None
-        if start_hash:
-            found = [r for r in self.ledger.rows() if r.get("checkpoint_hash") == start_hash and r.get("checkpoint")]
-            if not found:
-                return None, f"no row of the ledger holds its start, hash {start_hash[:10]}"
-            start = next((r for r in found if not self._gone(r["checkpoint"])), found[0])["checkpoint"]
-        max_lr = None if schedule == "silo" else row["max_lr"]
-        made = identity.training(spec.training_fingerprint(), row["cycle"], row["seed"],
-                                 cycle_peak(spec.schedule, row["cycle"], spec.rate, max_lr), start_hash)
-        if made != row.get("training"):
-            return None, f"its recorded training {row.get('training')} is not the one its fields describe"
-        tags = {k: v for k, v in row.items() if k not in ROW_METRICS and k not in BOOKKEEPING}
-        return Training(key=row["key"], spec=spec, cycle=row["cycle"], max_lr=max_lr, seed=row["seed"],
-                        start_checkpoint=start, tags=tags | {"retrained": True}), ""
 
     def _configs(self, trials: list[Training]) -> list[dict]:
         """Tune trial configs: trials of one (spec, cycle, seed, start) that differ only in max_lr go together, up

@@ -388,6 +388,8 @@ def run_study(runner, options: CompareOptions):
         _complete_for_verdict(runner, options.oracle)
     runner.write_results()
     runner.prune_checkpoints(finished=True)
+    if again := sum(1 for row in runner.ledger.rows() if row.get("retrained")):
+        say(f"checkpoints: {again} start(s) were gone and trained again (rows marked retrained)")
     return study, variants
 
 

@@ -300,3 +300,27 @@ def test_silo_papers_delta_chains_pass_cycle_one_after_the_oracle_chose_another_
     delta = [r for r in Ledger(out).rows() if r.get("method") == "silo_paper"]
     assert {r["seed"] for r in delta if r["cycle"] == 2} == {10000, 10001, 10002}  # every seed reached cycle 2
     assert not any(r.get("retrained") for r in Ledger(out).rows())  # trained once, not trained again
+
+
+@pytest.mark.slow
+def test_compare_completes_after_a_chosen_checkpoint_of_the_oracle_was_deleted_by_hand(ray_local, tmp_path):
+    """`oracle` on the tiny preset, then the chosen cycle-0 checkpoint of every seed removed by hand (no tombstone:
+    a moved folder, a lost disk), then `compare` on the same folder: the lines that start from the dense best train
+    what is gone instead of failing, and the run completes with its report, without a new --out."""
+    import shutil
+
+    from conftest import TINY_COMPARE, cli
+
+    out = tmp_path / "run"
+    assert cli(["oracle", "--preset", "tiny", "--seeds", "2", "--refine", "1", "--out", str(out)]) == 0
+    dense = [r for r in Ledger(out).rows() if r["cycle"] == 0 and r.get("selected")]
+    assert len(dense) == 2
+    for row in dense:
+        shutil.rmtree(row["checkpoint"])
+    assert cli([*TINY_COMPARE, "--out", str(out)]) == 0
+    assert (out / "report.md").exists()
+    rows = Ledger(out).rows()
+    finals = [r for r in rows if r.get("stage") == "final" and r.get("selected")]
+    last = max(r["cycle"] for r in rows)
+    assert {(r["method"], r["seed"]) for r in finals if r["cycle"] == last} == \
+        {(r["method"], r["seed"]) for r in finals if r["cycle"] == 0}  # every final chain reached the last cycle
