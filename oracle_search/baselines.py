@@ -51,11 +51,13 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], se
     return peaks
 
 
-def claims(spec: ExperimentSpec, schedules: tuple[str, ...], grid: list[float], seeds: list[int]) -> list[Claim]:
-    """What the baselines' final runs will train, for retention (`retention.Claim`): each schedule held at one
-    peak from the grid (the tuned one, not known before the tuning) through every cycle, on the evaluation seeds.
-    The LR-warmup baseline at ε trains what silo_paper's final chain trains at cycles 0..q."""
-    peaks = tuple((v,) * (spec.cycles + 1) for v in grid)
+def claims(spec: ExperimentSpec, schedules: tuple[str, ...], grid: list[float], seeds: list[int],
+           cycles: int) -> list[Claim]:
+    """What the baselines' final runs will train in their first `cycles` cycles, for retention
+    (`retention.Claim`): each schedule held at one peak from the grid (the tuned one, not known before the tuning),
+    on the evaluation seeds. The LR-warmup baseline at ε trains what silo_paper's final chain trains at cycles
+    0..q, so `cycles` is q + 1: a longer claim would only keep the baselines' own chains from moving on."""
+    peaks = tuple((v,) * min(cycles, spec.cycles + 1) for v in grid)
     return [Claim(spec.with_schedule(name=name).training_fingerprint(), frozenset(seeds), peaks)
             for name in schedules]
 

@@ -491,8 +491,8 @@ class Runner:
         if row is None or row.get("training") == t.tags.get("training"):
             return row
         kept = self.ledger.refuse(t.key)
-        if self._trainings is not None and self._trainings.get(row.get("training"), {}).get("key") == t.key:
-            del self._trainings[row["training"]]
+        if self._trainings is not None and row.get("training") in self._trainings:
+            self._trainings[row["training"]] = [r for r in self._trainings[row["training"]] if r["key"] != t.key]
         self.progress.say(f"  ledger: {t.key} holds another training ({row.get('training')}, this trial is "
                           f"{t.tags.get('training')}); refused, not reused: moved to {kept.relative_to(self.out)}, "
                           "training it again")

@@ -334,7 +334,8 @@ def run_study(runner, options: CompareOptions):
     def cycle_decided(outcome) -> None:
         if outcome.cycle == 0:
             releases["silo_paper"] = runner.hold(silo_paper_plan.claims(spec, outcome.choice.best, tune + evaluate))
-            releases["baselines"] = runner.hold(baseline_plan.claims(spec, BASELINES, list(spec.grid), evaluate))
+            releases["baselines"] = runner.hold(baseline_plan.claims(spec, BASELINES, list(spec.grid), evaluate,
+                                                                     cycles=silo_paper_plan.PAPER_Q + 1))
             say("== 2/4 beside the Oracle's later cycles: " + "silo_fit (Optuna), " * options.silo_fit
                 + "silo_paper's δ, the baselines' tuning; each then its final runs ==")
             dense_decided.set()

@@ -240,13 +240,18 @@ def test_every_reuse_path_keeps_the_rows_its_line_will_start_from():
     assert not {"/ck/w0", "/ck/w1"} & deletable(rows + warm, finished=False, claims=(plan,))
     # the baselines' plan: every schedule held at one grid value on the evaluation seeds
     spec = PRESETS["tiny"].spec
-    claims = baselines.claims(spec, ("warmup",), [0.08, 0.16, 0.32], [1000])
+    claims = baselines.claims(spec, ("warmup",), [0.08, 0.16, 0.32], [1000], cycles=2)
     fp = spec.with_schedule(name="warmup").training_fingerprint()
     silo = [trained("s0", "silo_paper", "final", 0, 1000, 0.16, selected=True, fingerprint=fp)]
     silo.append(trained("s1", "silo_paper", "final", 1, 1000, 0.16, silo[0], selected=True, fingerprint=fp))
     silo.append(trained("s2", "silo_paper", "final", 2, 1000, 0.5, silo[1], selected=True, fingerprint=fp))
     assert {"/ck/s0", "/ck/s1"} <= deletable(silo, finished=False)
     assert not {"/ck/s0", "/ck/s1"} & deletable(silo, finished=False, claims=tuple(claims))
+    # the baselines' own chains move on past the claimed cycles 0..1: a later cycle no longer its head goes
+    chain = [trained("b0", "warmup", "final", 0, 1000, 0.16, selected=True, fingerprint=fp)]
+    for c in (1, 2, 3):
+        chain.append(trained(f"b{c}", "warmup", "final", c, 1000, 0.16, chain[-1], selected=True, fingerprint=fp))
+    assert deletable(chain, finished=False, claims=tuple(claims)) == {"/ck/b2"}
     # the completions start from the Oracle's chosen chain, which is always kept
     assert not {c0_eps["checkpoint"], rows[5]["checkpoint"]} & deletable(rows, finished=False)
 
