@@ -12,7 +12,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from analysis.select import densities, final_rows, label, methods
+from analysis.select import densities, label, methods
+from oracle_search.compared import final_rows
 from analysis.slots import PHASES
 from analysis.tables import accuracy_stats
 from analysis.theory import silo_curve, theory_lr

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.select import densities, oracle_trials, silo_max_lr_by_cycle, silo_methods
+from analysis.select import densities
+from oracle_search.compared import oracle_trials, silo_max_lr_by_cycle, silo_methods
 from oracle_search.selection import TOLERANCE, Choice, Curve, choose, in_set
 
 _KEYS = ["best_max_lr", "best_val_acc", "best_se", "lo", "hi", "contiguous", "noise_lo", "noise_hi",

@@ -5,7 +5,7 @@ import html as _html
 
 import pandas as pd
 
-from oracle_search.estimate import duration  # noqa: F401  (the report prints the estimate's wall times)
+from trainables.timestamps import duration  # noqa: F401  (the report prints the estimate's wall times)
 
 _LATEX = {
     "\\": r"\textbackslash{}",

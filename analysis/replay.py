@@ -6,7 +6,7 @@ RUN's b, and a cycle's first values are the bracket around RUN's previous b, as 
 rule (`oracle_search.racing`) runs on the cycle's first values, walking from RUN's previous b as the racing driver
 walks from its own, and its refinement rounds. A training the table cannot answer is counted (`unanswered`) and
 skipped. Then the values next to every compared schedule's max_lr are completed from the table
-(`analysis.regret.completion_targets`), as a racing `compare` does before its analysis.
+(`oracle_search.compared.completion_targets`), as a racing `compare` does before its analysis.
 
 The baselines' peak-LR tuning is replayed too (`replay_tuning`), each race walking from the racing Oracle's dense
 best, and on how many of RUN's Oracle cycles and tuning curves the walk's assumption (`selection.unimodal`) holds.
@@ -31,8 +31,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.intervals import oracle_intervals
-from analysis.regret import analyse, chain_seeds, complete_for_verdict
-from analysis.select import oracle_trials
+from analysis.regret import analyse
+from oracle_search.compared import chain_seeds, complete_for_verdict, oracle_trials
 from oracle_search.curve import lr_key
 from oracle_search.racing import OracleSearch, Pool, carry, pool_of, run_race, tuning_race, write_racing
 from oracle_search.simulate import Clock

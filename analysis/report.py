@@ -16,7 +16,8 @@ from analysis.files import ESTIMATE_FILE, read_spec
 from analysis.intervals import oracle_intervals, seed_intervals
 from analysis.regret import Regret, analyse
 from analysis.slots import slot_lanes
-from analysis.select import SCHEDULE_LABELS, densities, label, pruning_rate, silo_methods, silo_params
+from analysis.select import SCHEDULE_LABELS, densities, label, pruning_rate, silo_params
+from oracle_search.compared import silo_methods
 from analysis.tables import (Table, accuracy_table, answer_table, best_per_density, cost_table, end_to_end_table,
                              oracle_table, racing_table, regret_table, seed_table, statistics_source, statistics_table,
                              values_table, verdict_table)

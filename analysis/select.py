@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from oracle_search.curve import lr_key
-from oracle_search.schema import METHODS, SILO_METHODS, Method, Stage, current_rows
+from oracle_search.compared import final_rows
+from oracle_search.schema import METHODS, Method, Stage
 
 LABELS = {m.value: info.label for m, info in METHODS.items()}
 SCHEDULE_LABELS = {"constant_dense": "constant_dense (not adapting)",
@@ -33,21 +33,6 @@ def schedule_label(name: str) -> str:
     return SCHEDULE_LABELS.get(name, label(name))
 
 
-def oracle_trials(df: pd.DataFrame) -> pd.DataFrame:
-    """The Oracle's grid and refinement rows on its current chain (diverged ones included)."""
-    rows = current_rows(df)
-    return rows[rows["method"] == Method.ORACLE.value]
-
-
-def final_rows(df: pd.DataFrame, method: str) -> pd.DataFrame:
-    """The rows a method is judged by: the Oracle's selected chain, every other method's current final chain."""
-    rows = current_rows(df)
-    rows = rows[rows["method"] == method]
-    if method == Method.ORACLE.value:
-        return rows[rows["selected"].astype(bool)]
-    return rows[rows["stage"] == Stage.FINAL.value]
-
-
 def cost_rows(df: pd.DataFrame, method: str) -> pd.DataFrame:
     """Every training a method paid for and actually ran (rows reused from an identical training are free)."""
     rows = df[(df["method"] == method) & ~df["reused"].astype(bool)]
@@ -67,11 +52,6 @@ def pruning_rate(df: pd.DataFrame, spec: dict | None) -> float:
     return 1.0 - float(lam[1]) / 100.0 if 1 in lam.index else DEFAULT_RATE
 
 
-def silo_methods(df: pd.DataFrame) -> list[str]:
-    """The SILO variants with final rows."""
-    return [m for m in SILO_METHODS if not final_rows(df, m).empty]
-
-
 def silo_params(df: pd.DataFrame, method: str = Method.SILO_PAPER.value) -> dict | None:
     """A SILO variant's (epsilon, delta, q, beta) from its current final rows, or None without them."""
     rows = final_rows(df, method)[["epsilon", "delta", "q", "beta"]].dropna()
@@ -79,22 +59,3 @@ def silo_params(df: pd.DataFrame, method: str = Method.SILO_PAPER.value) -> dict
         return None
     first = rows.iloc[0]
     return {"epsilon": float(first.epsilon), "delta": float(first.delta), "q": int(first.q), "beta": float(first.beta)}
-
-
-def silo_max_lr_by_cycle(df: pd.DataFrame, method: str = Method.SILO_PAPER.value) -> pd.Series:
-    """The max_lr a SILO variant used per cycle, shared by all its seeds (a schedule is a function of the cycle;
-    seeds that disagree are an error, not a first pick)."""
-    rows = final_rows(df, method)
-    split = rows.groupby("cycle")["max_lr"].agg(lambda v: v.map(lr_key).nunique() > 1)
-    if split.any():
-        raise ValueError(f"{method}'s final rows use several max_lr at cycle(s) "
-                         f"{', '.join(str(c) for c in split[split].index)}")
-    return rows.groupby("cycle")["max_lr"].first()
-
-
-def last_cycle(df: pd.DataFrame) -> int:
-    """L, the last cycle compared: the Oracle's last current cycle, or the table's last cycle without Oracle rows
-    (-1 for an empty table)."""
-    oracle = oracle_trials(df)
-    rows = oracle if not oracle.empty else df
-    return int(rows["cycle"].max()) if not rows.empty else -1

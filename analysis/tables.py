@@ -10,8 +10,8 @@ import numpy as np
 
 from analysis.intervals import count_inside, oracle_intervals, seed_intervals
 from analysis.regret import Regret
-from analysis.select import (cost_rows, densities, final_rows, label, last_cycle, methods, oracle_trials, schedule_label,
-                             silo_params)
+from analysis.select import cost_rows, densities, label, methods, schedule_label, silo_params
+from oracle_search.compared import final_rows, last_cycle, oracle_trials
 from analysis.verdict_sentences import DASH, ci_text, end_to_end_line, fmt_lr, verdict_lines
 from oracle_search.curve import refuse_duplicates
 from oracle_search.schema import SILO_METHODS

@@ -32,7 +32,7 @@ from scipy import stats
 
 from oracle_search.schema import read_results
 from analysis.intervals import oracle_intervals
-from analysis.select import oracle_trials
+from oracle_search.compared import oracle_trials
 from trainables.cycle import train_step
 from trainables.plugins import build_model
 from trainables.presets import PRESETS

@@ -1,5 +1,5 @@
 """The whole `compare` on many slots, simulated (`oracle_search.simulate_job`): its wall time against the longest
-chain of dependent trainings in it, with the study's lines side by side (`pipeline.run_study`, what the product
+chain of dependent trainings in it, with the study's lines side by side (`study.run_study`, what the product
 runs) and, as the control, its phases one after another (the order before: the Oracle, silo_fit, silo_paper's δ,
 the baselines' tuning, every final run, the completions). Both on the same stated accuracy model and seconds per
 epoch; pure Python, trains nothing.
@@ -25,17 +25,18 @@ from trainables.presets import PRESETS  # noqa: E402
 def one_after_another(runner, options: CompareOptions):
     """The control: run_study's phases in sequence, each waiting for the one before (the order before they ran
     side by side)."""
-    from oracle_search import pipeline
+    from oracle_search import study as one
     from oracle_search.baselines import run_baselines
+    from oracle_search.seeds import evaluation_seeds, tuning_seeds
 
-    tune = pipeline.tuning_seeds(runner.spec, options.oracle.seeds)
-    evaluate = pipeline.evaluation_seeds(runner.spec, options.eval_seeds)
-    pipeline._oracle(runner, options.oracle)
-    study = pipeline._fit(runner, options.fit) if options.silo_fit else None
-    variants = pipeline._silo_variants(runner, options, study)
+    tune = tuning_seeds(runner.spec, options.oracle.seeds)
+    evaluate = evaluation_seeds(runner.spec, options.eval_seeds)
+    one.oracle_cycles(runner, options.oracle)
+    study = one.silo_fit_study(runner, options.fit) if options.silo_fit else None
+    variants = one.silo_variants(runner, options, study)
     run_baselines(runner, tune, evaluate, list(runner.spec.grid), variants, racing=options.oracle.racing)
     if options.oracle.racing:
-        pipeline._complete_for_verdict(runner, options.oracle)
+        one.verdict_completions(runner, options.oracle)
     return study, variants
 
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from analysis.tables import accuracy_stats, cost_table
-from analysis.select import final_rows
+from oracle_search.compared import final_rows
 from oracle_search.pipeline import CompareOptions, FitOptions, OracleOptions, compare
 from trainables.presets import PRESETS
 from trainables.plugins import check_names

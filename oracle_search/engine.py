@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import ray
 from ray import tune
@@ -352,7 +352,7 @@ class Runner:
         self._moved: dict[str, str] = {}
         self._pinned: set[str] = set()
         self._restoring = threading.RLock()  # a start restored may need its own start restored first
-        # A study's phases start trainings from threads of their own (`pipeline.run_study`): one hands over a batch
+        # A study's phases start trainings from threads of their own (`study.run_study`): one hands over a batch
         # at a time, so a training another phase already runs is waited for, not trained twice.
         self._handing = threading.RLock()
         self._awaited: dict[str, list[Training]] = {}  # training -> trials of other batches waiting for its row

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 from oracle_search.config import ORACLE_MODES
 from oracle_search.schema import BASELINES
 from trainables.atomic import atomic_write_json
+from trainables.timestamps import duration
 from trainables.spec import ExperimentSpec, SpecError
 
 if TYPE_CHECKING:  # the simulation imports Ray; the estimate's module is imported by --help
@@ -59,11 +60,6 @@ PROBE_STEPS = 100
 MAX_PROBES = 64  # copies of the probe at once on a cluster (each holds one trial's resources)
 _EPS = 1e-9
 ESTIMATE_FILE = "estimate.json"  # in the results folder: written before a run, finished after it, read by the report
-
-
-def duration(seconds: float) -> str:
-    """A wall time for a person: seconds, and minutes past one."""
-    return f"{seconds:,.0f} s ({seconds / 60:.1f} min)" if seconds >= 60 else f"{seconds:.1f} s"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from oracle_search.config import ORACLE_MODES
+from oracle_search.seeds import check_seed_room
 from trainables.atomic import atomic_write_json
 from trainables.spec import SpecError
 
@@ -130,8 +131,6 @@ class CompareOptions:
         if not isinstance(self.margin, (int, float)) or not 0 <= self.margin < float("inf"):
             raise SpecError("margin", f"must be a number >= 0 (points per compared cycle), got {self.margin!r}")
         if self.replicates > 1:
-            from oracle_search.replicates import check_seed_room
-
             check_seed_room(self.oracle.seeds, self.eval_seeds, self.fit.seeds)
 
     def sections(self) -> dict[str, Any]:

@@ -66,7 +66,7 @@ from trainables.atomic import atomic_write_json
 ALPHA = 0.05
 MOST_NEW_VALUES_PER_ROUND = 4  # selection.next_values: one per edge of the two intervals
 # The racing Oracle refines the paper interval's edges once; where a compared schedule's max_lr falls between a
-# member and a non-member, the step before the verdict resolves that gap to 5 % (analysis.regret.completion_targets).
+# member and a non-member, the step before the verdict resolves that gap to 5 % (compared.completion_targets).
 RACING_REFINE = 1
 MIN_POOL_DF = 2  # one residual, or residuals that happen to be equal, are no estimate of the noise
 # ν₀, the most degrees of freedom the pool weighs in a value's own variance (`shrunk`): small enough that a value

@@ -21,7 +21,7 @@ ever started from again, and the ledger says which, so the rule reads the ledger
   starts, which chains from scratch it will train (seeds and the peak of each cycle), and every row on those
   chains is kept until the line ends, whichever line trained it. silo_paper trains cycles 0..q at ε, the Oracle's
   dense best, so the Oracle's cycle-1 row at ε is its chain too even when the Oracle's cycle 1 chose another
-  value; a baseline held at ε trains what silo_paper's final chain trains at cycles 0..q (`pipeline.run_study`).
+  value; a baseline held at ε trains what silo_paper's final chain trains at cycles 0..q (`study.run_study`).
 
 A checkpoint is a path; reused rows share their original's. A path is deleted only when no row keeps it. A deleted
 checkpoint leaves a one-line tombstone beside it (`PATH.deleted`). A trial whose start is gone all the same (an
@@ -92,7 +92,7 @@ def deletable(rows: list[dict], *, finished: bool, in_flight: set[str] = frozens
     (module docstring); `finished`: the command is done; `in_flight`: start checkpoints of queued or running
     trials; `claims`: what the lines still running will train."""
     # A final chain is a (method, seed): its head is the row that chain has not started from yet. Chains of two
-    # methods can share a row's checkpoint (a reused training) and advance at their own pace (`pipeline.run_study`).
+    # methods can share a row's checkpoint (a reused training) and advance at their own pace (`study.run_study`).
     started = {(r.get("method"), r.get("seed"), _started_from(r)) for r in rows}
     decided = {(r["cycle"], r["seed"], _started_from(r)) for r in rows if _oracle(r) and r.get("selected")}
     keep, drop = set(in_flight) | claimed(rows, claims), set()

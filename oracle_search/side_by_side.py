@@ -1,6 +1,6 @@
 """Drivers side by side: each line of work in a thread of its own on one engine, blocking on its own trainings only,
 so while one waits for a decision the engine trains the others' ready trainings. Replicates run this way
-(`oracle_search.replicates`), and so do the phases of one study (`pipeline.run_study`)."""
+(`pipeline.compare`), and so do the phases of one study (`study.run_study`)."""
 from __future__ import annotations
 
 import threading

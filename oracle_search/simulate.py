@@ -128,7 +128,7 @@ def centre(grid: list[float]) -> float:
 def simulate_oracle(search: OracleSearch, cycles: int, slots: int, seconds: float, compared: int = 0,
                     model: AccuracyModel = AccuracyModel(), runs: int = RUNS) -> Simulated:
     """The Oracle's cycles 0..`cycles` on the model, `runs` times: its trainings and wall time. `compared`: how many
-    values a racing `compare` completes per cycle from 1 before its verdict (`regret.complete_for_verdict`: the
+    values a racing `compare` completes per cycle from 1 before its verdict (`compared.complete_for_verdict`: the
     values next to each compared schedule; the model has no schedules, so the `compared` dropped values nearest b
     get their missing seeds)."""
     counts, walls = [], []

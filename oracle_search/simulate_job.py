@@ -1,4 +1,4 @@
-"""A whole `compare` on a virtual clock: the drivers' own code (`pipeline.run_study` for every replicate, its lines
+"""A whole `compare` on a virtual clock: the drivers' own code (`study.run_study` for every replicate, its lines
 side by side) on a simulated engine with N slots, each training answered by the dry run's stated accuracy model
 (`simulate.AccuracyModel`) and lasting its epochs × the seconds per epoch × a lognormal factor (`simulate.SPREAD`).
 It gives the job's wall time on N slots and, beside it, the longest chain of dependent trainings in the same run:
@@ -34,8 +34,13 @@ import optuna
 
 from oracle_search.engine import ROW_METRICS, Engine, Runner, Training
 from oracle_search.progress import Progress
+from oracle_search.replicates import replicate_dir
+from oracle_search.seeds import replicate_spec
+from oracle_search.side_by_side import first_error, side_by_side
 from oracle_search.simulate import DIVERGE, NOISE, PEAK, SPREAD, centre
+from oracle_search.study import run_study
 from trainables.schedules import cycle_peak
+from trainables.timestamps import duration
 from trainables.spec import ExperimentSpec
 
 
@@ -262,8 +267,6 @@ class JobWalls:
     trainings: int
 
     def line(self) -> str:
-        from oracle_search.estimate import duration
-
         return (f"the whole job on {self.slots} slots, simulated (the drivers' own code on the accuracy model, each "
                 f"study's lines side by side): {duration(self.wall)} for {self.trainings:,} trainings; the longest "
                 f"chain of dependent trainings in it {duration(self.longest_chain)} "
@@ -272,11 +275,9 @@ class JobWalls:
 
 def simulate_compare(spec: ExperimentSpec, options, slots: int, seconds_per_epoch: float,
                      model: Model | None = None, study=None) -> JobWalls:
-    """`compare` with `options` (its replicates side by side, as `replicates.run_replicates` runs them) on `slots`
+    """`compare` with `options` (its replicates side by side, as `pipeline.compare` runs them) on `slots`
     simulated slots, in a temporary folder. Trains nothing. `study`: what runs each replicate (default
-    `pipeline.run_study`; a benchmark passes another order of the same phases)."""
-    from oracle_search.pipeline import run_study
-
+    `study.run_study`; a benchmark passes another order of the same phases)."""
     study = study or run_study
     model = model or Model(seconds_per_epoch)
     # silo_fit's simulated study lives in the temporary folder, never in the run's --study-storage
@@ -291,9 +292,6 @@ def simulate_compare(spec: ExperimentSpec, options, slots: int, seconds_per_epoc
 
 
 def _simulate(spec: ExperimentSpec, options, slots: int, model: Model, study) -> JobWalls:
-    from oracle_search.replicates import replicate_dir, replicate_spec
-    from oracle_search.side_by_side import first_error, side_by_side
-
     with tempfile.TemporaryDirectory(prefix="oracle-search-sim-") as tmp:
         engine = SimEngine(spec, model, slots)
         R = options.replicates

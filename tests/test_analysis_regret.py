@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.regret import analyse, completion_targets, oracle_curves
-from analysis.select import last_cycle
+from analysis.regret import analyse
+from oracle_search.compared import completion_targets, last_cycle, oracle_curves
 from oracle_search.curve import DuplicateRows
 from oracle_search.schema import results_frame
 from oracle_rows import oracle_rows

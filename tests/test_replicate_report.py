@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, cli
-from oracle_search.replicates import SEED_STRIDE, check_folder, check_seed_room, replicate_dir, replicate_spec
+from oracle_search.replicates import check_folder, replicate_dir
+from oracle_search.seeds import SEED_STRIDE, check_seed_room, evaluation_seeds, replicate_spec, tuning_seeds
 from trainables.spec import SpecError
 
 RUNS = ROOT / "benchmarks" / "results" / "compare-2026-11-27"
@@ -83,7 +84,6 @@ def test_several_runs_need_an_out_folder_that_is_none_of_them(tmp_path, capsys):
 
 
 def test_replicate_seeds_are_the_base_seed_moved_by_the_stride_and_stay_disjoint():
-    from oracle_search.pipeline import evaluation_seeds, tuning_seeds
     from trainables.presets import PRESETS
 
     base = PRESETS["tiny"].spec

@@ -266,13 +266,15 @@ DELTA_SEARCH = """
 import sys
 from pathlib import Path
 from oracle_search.engine import Runner
-from oracle_search.pipeline import _dense_best, recorded_spec, tuning_seeds
+from oracle_search.pipeline import recorded_spec
+from oracle_search.seeds import tuning_seeds
+from oracle_search.study import folder_dense_best
 from oracle_search.silo_paper import tune_silo_paper
 
 out = Path(sys.argv[1])
 spec = recorded_spec(out)
 with Runner(out, spec, spec.preset) as runner:
-    found = tune_silo_paper(runner, _dense_best(runner), list(spec.grid), tuning_seeds(spec, 3), spec.cycles,
+    found = tune_silo_paper(runner, folder_dense_best(runner), list(spec.grid), tuning_seeds(spec, 3), spec.cycles,
                             racing=True)
     runner.prune_checkpoints(finished=True)
 print("delta", found.delta)

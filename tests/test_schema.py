@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from analysis.intervals import oracle_intervals
-from analysis.select import final_rows, silo_max_lr_by_cycle, silo_params
+from analysis.select import silo_params
+from oracle_search.compared import final_rows, silo_max_lr_by_cycle
 from oracle_search.schema import (COLUMNS, current_rows, oracle_chain, read_results, results_frame,
                                   write_results)
 

@@ -1,5 +1,5 @@
 """The whole job on a virtual clock (oracle_search.simulate_job), the lines of a study side by side
-(oracle_search.side_by_side, pipeline.run_study) and a training two lines need trained once (engine.Runner.start),
+(oracle_search.side_by_side, study.run_study) and a training two lines need trained once (engine.Runner.start),
 on the simulated engine: the drivers' own code, no Ray, nothing trained."""
 from __future__ import annotations
 
