@@ -8,8 +8,8 @@ import dataclasses
 
 import pandas as pd
 
-from oracle_search import baselines as baseline_plan, fitter, silo_paper as silo_paper_plan
-from oracle_search.baselines import run_finals, tune_peaks
+from oracle_search import fitter, silo_paper as silo_paper_plan
+from oracle_search.baselines import claims as baseline_claims, run_finals, tune_peaks
 from oracle_search.compared import complete_for_verdict
 from oracle_search.options import CompareOptions, FitOptions, OracleOptions
 from oracle_search.oracle import complete, run_oracle
@@ -119,7 +119,7 @@ def run_study(runner, options: CompareOptions):
     def cycle_decided(outcome) -> None:
         if outcome.cycle == 0:
             releases["silo_paper"] = runner.hold(silo_paper_plan.claims(spec, outcome.choice.best, tune + evaluate))
-            releases["baselines"] = runner.hold(baseline_plan.claims(spec, BASELINES, list(spec.grid), evaluate,
+            releases["baselines"] = runner.hold(baseline_claims(spec, BASELINES, list(spec.grid), evaluate,
                                                                      cycles=silo_paper_plan.PAPER_Q + 1))
             say("== 2/4 beside the Oracle's later cycles: " + "silo_fit (Optuna), " * options.silo_fit
                 + "silo_paper's δ, the baselines' tuning; each then its final runs ==")
