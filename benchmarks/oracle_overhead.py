@@ -20,7 +20,9 @@ from pathlib import Path
 import ray
 import torch
 
-from oracle_search.engine import Progress, Runner
+from oracle_search.engine import Progress
+
+from oracle_search.runner import Runner
 from oracle_search.cluster import connect
 from oracle_search.oracle import run_oracle
 from trainables.cycle import run_cycle

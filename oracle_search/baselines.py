@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from oracle_search.engine import Runner
+from oracle_search.runner import Runner
 from oracle_search.retention import Claim
 from oracle_search.trials import Streaming, chain_suffix, cycle_trial, peak_name, silo_spec, silo_tags, tune_trial
 from oracle_search.schema import BASELINES, Method, Stage

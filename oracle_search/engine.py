@@ -1,7 +1,7 @@
-"""Run batches of pruning-cycle trials on Ray Tune, recording each finished trial in a ledger at once: the `Engine`
-(one Tune experiment, shared by a run's replicates) and the `Runner` (one results folder). Beside it: `ledger.py`
-(what makes every driver resumable), `cluster.py` (where trials run, how many at once), `fusion.py` (candidates
-per trial), `searcher.py` (the Tune searcher the driver feeds) and `warm.py` (idle actors kept between batches).
+"""Run pruning-cycle trainings on Ray Tune: the `Engine`, one long-lived Tune experiment that trains what one or
+more Runners (`oracle_search.runner`: one results folder each) hand it, and hands each finished training's row to
+its Runner at once. Beside it: `cluster.py` (where trials run, how many at once), `fusion.py` (candidates per
+trial), `searcher.py` (the Tune searcher the Runners feed) and `warm.py` (idle actors kept between batches).
 """
 from __future__ import annotations
 
@@ -9,28 +9,31 @@ import dataclasses
 import os
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
-import ray
 from ray import tune
 
-from oracle_search import identity, retention
-from oracle_search.identity import Training
 from oracle_search.cluster import allow_pending, connect, trial_slots
-from oracle_search.fusion import fusable
-from oracle_search.ledger import Ledger
+from oracle_search.identity import Training
 from oracle_search.progress import Progress, latest_error
+from oracle_search.schema import COLUMNS
 from oracle_search.searcher import TrialQueue
 from oracle_search.warm import warm_actors
-from oracle_search.schema import COLUMNS, write_results
-from trainables.checkpoints import CheckpointError, verify_checkpoint
 from trainables.cycle import CycleResult
-from trainables.sources import record_sources, runtime_env
+from trainables.sources import runtime_env
+from trainables.spec import ExperimentSpec
 from trainables.timestamps import utc_now
-from trainables.spec import ExperimentSpec, SpecError
 from trainables.tune_adapter import any_cycle_trainable, fused_rows
+
+
+class Owner(Protocol):
+    """What the engine needs of whoever hands it a training (`runner.Runner`): its experiment's name, and where a
+    finished training's row goes."""
+
+    experiment: str
+
+    def landed(self, row: dict) -> None: ...
+
 
 # What a trial reports that becomes its row: the cycle's own fields (trainables.cycle.CycleResult) that are
 # results-table columns, but its checkpoint's local path (the row holds the storage URI), plus where it ran.
@@ -48,20 +51,6 @@ class RunFailed(RuntimeError):
 
 
 RERUN = "finished trials are kept, rerun the command to resume"
-
-
-@dataclass
-class Started:
-    """Trials handed to the experiment by `Runner.start`: the rows already known (ledger hits, reused trainings),
-    the trials training now, the later trials of a training this batch runs (`twins`), and the Tune trial keys
-    still running."""
-
-    trials: list[Training]
-    rows: dict[str, dict]
-    todo: list[Training]
-    twins: list[Training]
-    waiting: set[str]
-    need_checkpoints: bool = False  # a twin copies only a row whose checkpoint is there (`Runner.run`)
 
 
 def last_error_line(trial) -> str:
@@ -150,7 +139,7 @@ class Engine:
         self.failed: dict[str, str] = {}  # key -> the last line of its error
         self.news = 0  # trials finished or failed so far (`wait_for_news`)
         self.tune_error: BaseException | None = None
-        self._owner: dict[str, tuple["Runner", Training]] = {}  # Tune trial key -> (its Runner, its training)
+        self._owner: dict[str, tuple[Owner, Training]] = {}  # Tune trial key -> (its Runner, its training)
         self._queued: dict[str, str] = {}  # Tune trial key -> when the driver handed it over (UTC)
         self._stopping = False
         self._starting = threading.Lock()  # drivers in several threads (replicates) start one experiment, not two
@@ -164,7 +153,7 @@ class Engine:
             return {t.start_checkpoint for key, (_, t) in self._owner.items()
                     if t.start_checkpoint and key not in self.finished and key not in self.failed}
 
-    def trainings_in_flight(self, runner: "Runner") -> dict[str, str]:
+    def trainings_in_flight(self, runner: Owner) -> dict[str, str]:
         """`runner`'s trainings handed over and neither finished nor failed: training identity -> the trial key
         its row will land under."""
         with self.done:
@@ -188,7 +177,7 @@ class Engine:
     def line_ended(self, group: object, last: bool) -> None:
         """A line of `group` ended; `last`: the last of them, so the thread that started them goes on."""
 
-    def owns(self, runner: "Runner", key: str, training: Training) -> None:
+    def owns(self, runner: Owner, key: str, training: Training) -> None:
         """Record that the Tune trial `key` trains `training` for `runner`."""
         self._owner[key] = (runner, training)
 
@@ -314,337 +303,3 @@ class Engine:
         self.queue, self._abort = queue, abort
         self.thread = threading.Thread(target=fit, name="tune", daemon=True)
         self.thread.start()
-
-
-@dataclass
-class Runner:
-    """Runs trials for one results directory, each finished trial landing in its ledger at once, on an `Engine`:
-    its own (one long-lived Tune experiment), or one shared with other results folders (`engine`: replicates).
-    Use as a context manager, or call `close()`; leaving the context with an exception (Ctrl-C included) stops the
-    running trials at once. A Runner on a shared engine leaves closing it to the engine's maker."""
-
-    out: Path
-    spec: ExperimentSpec
-    experiment: str
-    address: str | None = None
-    trainable: Callable[[dict], None] = any_cycle_trainable
-    max_failures: int = 2
-    progress: Progress = field(default_factory=Progress)
-    fuse: int = 1  # most max_lr candidates of one (seed, cycle) trained as one fused network per Tune trial
-    callbacks: tuple[tune.Callback, ...] = ()  # more Tune callbacks, e.g. oracle_search.callbacks.logger_callbacks
-    engine: Engine | None = None  # shared with other Runners; None: one of its own
-
-    def __post_init__(self) -> None:
-        self.out = self.out.resolve()
-        self.ledger = Ledger(self.out)
-        record_sources(self.out, self.spec)  # a rerun with edited import-path code is refused (SpecError)
-        self.storage = self.spec.resources.storage_path or str(self.out / "tune")
-        self._own_engine = self.engine is None
-        if self.engine is None:
-            self.engine = Engine(self.spec, self.experiment, self.address, self.storage, self.progress,
-                                 self.trainable, self.max_failures, self.callbacks)
-        self._trainings: dict[str, list[dict]] | None = None  # training -> the rows that trained it (not copies)
-        self._checked: set[str] = set()  # start checkpoints verified by _check_starts
-        self._deleted: set[str] = set()  # checkpoints retention deleted or found deleted (not checked again)
-        self._claims: dict[int, retention.Claim] = {}  # what the lines still running will train (`claiming`)
-        # Starts that were gone and were trained again (`_restore_starts`): the old path -> the new one; `_pinned`
-        # keeps a new one from retention until the trials that wait for it are handed over.
-        self._moved: dict[str, str] = {}
-        self._pinned: set[str] = set()
-        self._restoring = threading.RLock()  # a start restored may need its own start restored first
-        # A study's phases start trainings from threads of their own (`study.run_study`): one hands over a batch
-        # at a time, so a training another phase already runs is waited for, not trained twice.
-        self._handing = threading.RLock()
-        self._awaited: dict[str, list[Training]] = {}  # training -> trials of other batches waiting for its row
-
-    def __enter__(self) -> "Runner":
-        return self
-
-    def __exit__(self, exc_type, *exc) -> None:
-        self.close(abort=exc_type is not None)
-
-    def run(self, trials: list[Training], reuse: bool = True, need_checkpoints: bool = False) -> dict[str, dict]:
-        """Rows of all `trials`, training only those not already in the ledger; blocks until they finish; then
-        deletes the checkpoints no chain can start from any more (`prune_checkpoints`).
-
-        A trial whose training an earlier row already did (the same `training` tag, e.g. the LR-warmup baseline's
-        cycle-0 tuning and the Oracle's cycle-0 grid) is not trained again: that row is copied under the trial's
-        key and tags, marked `reused`; with `reuse` False it is trained again (a checkpoint retention deleted).
-        `need_checkpoints`: the trials' next cycles start from them (a final chain), so a row whose checkpoint
-        retention deleted is not reused; the trial trains."""
-        rows = self._wait(self.start(trials, reuse, need_checkpoints))
-        self.prune_checkpoints()
-        return rows
-
-    def _wait(self, started: "Started") -> dict[str, dict]:
-        """Block until every trial of `started` has its row; RunFailed naming those that failed."""
-        engine = self.engine
-        with engine.done:
-            while not started.waiting <= (engine.finished.keys() | engine.failed):
-                if not engine.alive():
-                    break
-                engine.done.wait(timeout=1.0)
-        rows = self.ready(started, partial=False)
-        missing = [t.key for t in started.trials if t.key not in rows]
-        if missing:  # name a trial that failed (a missing twin waited on it) where there is one
-            with engine.done:
-                failed = [k for k in started.waiting if k in engine.failed]
-            raise self._failure(failed + [k for k in missing if k not in failed])
-        return rows
-
-    def start(self, trials: list[Training], reuse: bool = True, need_checkpoints: bool = False) -> "Started":
-        """Hand `trials` to the experiment and return at once (`run` without the wait); `ready` gives their rows
-        as they finish. A trial whose start checkpoint is gone has it trained again first (`_restore_starts`)."""
-        with self._handing:
-            rows = {t.key: row for t in trials if (row := self._hit(t)) is not None}
-            if reuse:
-                rows |= self._reuse([t for t in trials if t.key not in rows], need_checkpoints)
-        # Outside the lock: a start trained again lands through `landed`, which takes it.
-        restored = {t.key: t for t in self._restore_starts([t for t in trials if t.key not in rows])}
-        trials = [restored.get(t.key, t) for t in trials]
-        with self._handing:
-            if reuse and restored:  # landed while a start was trained again
-                rows |= self._reuse([t for t in trials if t.key not in rows], need_checkpoints)
-            # twins: trials of a training this batch or (with `reuse`) another phase's already runs; each gets that
-            # training's row once it lands
-            flying = self.engine.trainings_in_flight(self) if reuse else {}
-            todo, twins, leaders = [], [], set(flying)
-            for t in (t for t in trials if t.key not in rows):
-                training = t.tags.get("training")
-                (twins if training and training in leaders else todo).append(t)
-                if training:
-                    leaders.add(training)
-            waiting, running = set(), []  # running: trials handed over before under the same key
-            for t in twins:
-                if (training := t.tags["training"]) in flying:
-                    waiting.add(flying[training])
-                    if flying[training] == t.key:
-                        running.append(t)
-                    else:
-                        self._awaited.setdefault(training, []).append(t)
-            twins = [t for t in twins if t not in running]
-            if todo:
-                self._check_starts(todo)
-                for t in todo:
-                    self.engine.owns(self, t.key, t)
-                configs = self._configs(todo)
-                self.engine.submit(configs)
-                waiting |= {c["key"] for c in configs}  # a fused trial's key stands for its candidates
-                self._pinned -= {t.start_checkpoint for t in todo}  # now in flight: `starts_in_flight` keeps them
-        return Started(trials, rows, todo + running, twins, waiting, need_checkpoints)
-
-    def ready(self, started: "Started", partial: bool = True) -> dict[str, dict]:
-        """The rows of `started`'s trials finished so far, without waiting. With `partial`, a trial that failed
-        for good (or an experiment that ended) raises RunFailed now, naming it."""
-        engine = self.engine
-        with engine.done:
-            rows = dict(started.rows) | {t.key: engine.finished[t.key] for t in started.todo
-                                         if t.key in engine.finished}
-            failed = [k for k in started.waiting if k in engine.failed]
-            ended = not engine.alive()
-        if started.twins:
-            rows |= self._reuse([t for t in started.twins if t.key not in rows], started.need_checkpoints)
-        if partial and (failed or (ended and len(rows) < len(started.trials))):
-            raise self._failure(failed or [t.key for t in started.trials if t.key not in rows])
-        return rows
-
-    def running(self, started: "Started") -> int:
-        """How many of `started`'s Tune trials (a fused trial once) have neither finished nor failed: the slots it
-        holds."""
-        engine = self.engine
-        with engine.done:
-            return sum(1 for k in started.waiting if k not in engine.finished and k not in engine.failed)
-
-    def wait_for_news(self, seen: int, timeout: float = 1.0) -> int:
-        """Block until a trial finishes or fails after the count `seen` (or `timeout` passes); the new count."""
-        engine = self.engine
-        with engine.done:
-            if engine.news == seen:
-                engine.done.wait(timeout=timeout)
-            return engine.news
-
-    def _failure(self, missing: list[str]) -> RunFailed:
-        engine = self.engine
-        cause = f" ({engine.tune_error})" if engine.tune_error else ""
-        first = missing[0] + (f": {engine.failed[missing[0]]}" if missing[0] in engine.failed else "")
-        return RunFailed(f"{len(missing)} trial(s) failed after {self.max_failures} retries{cause} "
-                         f"(first: {first}); {RERUN}")
-
-    def _check_starts(self, trials: list[Training]) -> None:
-        """Check each start checkpoint this machine can read once, before any trial starts from it: a corrupt one
-        would otherwise fail every trial of the next cycle, each attempt on a new actor, before the run gives up.
-        A start in cloud storage or on another node's disk is checked by its trials."""
-        for start in {t.start_checkpoint for t in trials if t.start_checkpoint} - self._checked:
-            if "://" in start or not Path(start).is_dir():
-                continue
-            try:
-                verify_checkpoint(start)
-            except CheckpointError as err:
-                n = sum(t.start_checkpoint == start for t in trials)
-                raise RunFailed(f"{n} trial(s) not started: CheckpointError: {err}; finished trials are kept") from err
-            self._checked.add(start)
-
-    def _hit(self, t: Training) -> dict | None:
-        """The ledger's row under t's key, unless it records another training than t's (`training` identity):
-        such a row is never reused; it is moved to ledger/refused/, said so, and t is trained again."""
-        row = self.ledger.get(t.key)
-        if row is None or row.get("training") == t.tags.get("training"):
-            return row
-        kept = self.ledger.refuse(t.key)
-        if self._trainings is not None and row.get("training") in self._trainings:
-            self._trainings[row["training"]] = [r for r in self._trainings[row["training"]] if r["key"] != t.key]
-        self.progress.say(f"  ledger: {t.key} holds another training ({row.get('training')}, this trial is "
-                          f"{t.tags.get('training')}); refused, not reused: moved to {kept.relative_to(self.out)}, "
-                          "training it again")
-        return None
-
-    def _gone(self, path: str) -> bool:
-        """Whether the checkpoint at `path` can no longer be started from: retention deleted it (its tombstone), or
-        it is a local path under this run's storage that is not there (deleted by hand, a folder moved). A path
-        elsewhere (another node's disk, cloud storage) is checked by the trials that start from it."""
-        if retention.is_deleted(path):
-            return True
-        return "://" not in path and "://" not in self.storage and Path(path).is_relative_to(self.storage) \
-            and not Path(path).is_dir()
-
-    def _restore_starts(self, trials: list[Training]) -> list[Training]:
-        """`trials` with each start checkpoint that is gone trained again first (`_retrain`) and replaced by the
-        new one. Identical trainings make identical checkpoints (on a CPU bitwise; on a GPU within rounding), so
-        the trials train what they would have."""
-        starts = {t.start_checkpoint for t in trials if t.start_checkpoint}
-        if not any(s in self._moved or self._gone(s) for s in starts):
-            return trials
-        with self._restoring:  # two lines needing the same start train it once
-            for start in sorted(starts):
-                if start not in self._moved and self._gone(start):
-                    self._moved[start] = self._retrain(start, sum(t.start_checkpoint == start for t in trials))
-        return [dataclasses.replace(t, start_checkpoint=self._moved[t.start_checkpoint])
-                if t.start_checkpoint in self._moved else t for t in trials]
-
-    def _retrain(self, path: str, waiting: int) -> str:
-        """Train again the row whose checkpoint was `path` (from its own start, itself restored first when gone),
-        under its own key; every row that holds `path` (its copies) then holds the new checkpoint. Returns the new
-        path. RunFailed when no row of the ledger trained `path`, or its training cannot be rebuilt."""
-        holders = [r for r in self.ledger.rows() if r.get("checkpoint") == path]
-        original = next((r for r in holders if not r.get("reused")), holders[0] if holders else None)
-        trial, why = (identity.rebuild(original, self.spec, self.ledger.rows(), self._gone,
-                                       not_tags=(*ROW_METRICS, *BOOKKEEPING))
-                      if original else (None, f"no row of {self.out / 'ledger'} trained it"))
-        if trial is None:
-            raise RunFailed(f"{waiting} trial(s) not started: their start checkpoint {path} is gone and cannot be "
-                            f"trained again ({why}); rerun with a new --out, or keep every checkpoint with "
-                            "--keep-checkpoints all")
-        self.progress.say(f"  checkpoint gone: training {original['key']} again (cycle {original['cycle']}, seed "
-                          f"{original['seed']}), {waiting} trial(s) start from it")
-        self.ledger.refuse(original["key"])  # trained again under its key; the old row kept in ledger/refused/
-        row = self._wait(self.start([trial], reuse=False))[trial.key]
-        self._pinned.add(row["checkpoint"])
-        with self._handing:
-            for held in holders:
-                if held["key"] != original["key"]:
-                    self.ledger.record(held | {"checkpoint": row["checkpoint"]})
-        if row.get("checkpoint_hash") != original.get("checkpoint_hash"):
-            self.progress.say(f"  {original['key']}: trained again to another checkpoint hash (a GPU's rounding); "
-                              "the trials after it keep their identities")
-        return row["checkpoint"]
-
-    def _configs(self, trials: list[Training]) -> list[dict]:
-        """Tune trial configs: trials of one (spec, cycle, seed, start) that differ only in max_lr go together, up
-        to `fuse` per Tune trial, as one fused network (`trainables.fused`); the rest one per Tune trial."""
-        if self.fuse <= 1:
-            return [t.config() for t in trials]
-        groups: dict[tuple, list[Training]] = {}
-        configs = []
-        for t in trials:
-            if not fusable(t.spec, t.max_lr):
-                configs.append(t.config())
-            else:
-                groups.setdefault((t.spec, t.cycle, t.seed, t.start_checkpoint), []).append(t)
-        for group in groups.values():
-            for i in range(0, len(group), self.fuse):
-                chunk = group[i:i + self.fuse]
-                if len(chunk) == 1:
-                    configs.append(chunk[0].config())
-                    continue
-                key = f"{chunk[0].key}-fused{len(chunk)}"
-                self.engine.owns(self, key, chunk[0])
-                configs.append(chunk[0].config() | {"key": key, "max_lr": None, "max_lrs": [t.max_lr for t in chunk],
-                                                    "keys": [t.key for t in chunk]})
-        return configs
-
-    def _reuse(self, trials: list[Training], need_checkpoints: bool = False) -> dict[str, dict]:
-        """Copies of the rows that already trained `trials`' trainings, under their keys and tags (recorded). A
-        row whose checkpoint is gone is copied only when nothing starts from the copy (not `need_checkpoints`)."""
-        if not any(t.tags.get("training") for t in trials):
-            return {}
-        with self._handing:
-            if self._trainings is None:  # training -> the rows that trained it, read from the ledger once
-                self._trainings = {}
-                for row in self.ledger.rows():
-                    if row.get("training") and not row.get("reused"):
-                        self._trainings.setdefault(row["training"], []).append(row)
-            reused = {}
-            for t in trials:
-                rows = self._trainings.get(t.tags.get("training"), [])
-                row = next((r for r in rows if not self._gone(r["checkpoint"])), None)
-                if row is None and not need_checkpoints and rows:
-                    row = rows[0]
-                if row is None:
-                    continue
-                measured = {k: row[k] for k in (*ROW_METRICS, "experiment", "trial_id", "checkpoint") if k in row}
-                reused[t.key] = measured | t.tags | {"key": t.key, "reused": True}
-                self.ledger.record(reused[t.key])
-            return reused
-
-    def slots(self, per: int = 1) -> int:
-        """How many groups of `per` trials to run at once (`trial_slots`)."""
-        return trial_slots(self.spec, self.address, per)
-
-    def close(self, abort: bool = False) -> None:
-        """End this Runner's own experiment (`Engine.close`); a shared engine is closed by its maker."""
-        if self._own_engine:
-            self.engine.close(abort)
-
-    def hold(self, claims: list[retention.Claim]) -> Callable[[], None]:
-        """Hold `claims` (what a line of work will train, from its plan): retention keeps every row on the
-        claimed chains (`retention.Claim`) until the returned function is called (once the line has ended)."""
-        with self._handing:
-            ids = [id(c) for c in claims]
-            self._claims.update(zip(ids, claims))
-
-        def release() -> None:
-            with self._handing:
-                for i in ids:
-                    self._claims.pop(i, None)
-        return release
-
-    def prune_checkpoints(self, finished: bool = False) -> int:
-        """Under `--keep-checkpoints chain` (the default), delete this folder's checkpoints that no chain, resume
-        or completion can start from (`oracle_search.retention`); `finished`: the command is done. Returns how
-        many were deleted."""
-        if self.spec.resources.keep_checkpoints != "chain":
-            return 0
-        with self._handing:  # no phase hands over a batch, or copies a row it reuses, while the rows are read
-            in_flight = self.engine.starts_in_flight() | self._pinned
-            deleted = retention.prune(self.ledger.rows(), finished=finished, in_flight=in_flight,
-                                      known=self._deleted, claims=tuple(self._claims.values()))
-        if deleted and finished:
-            self.progress.say(f"checkpoints: deleted {deleted} that nothing starts from (--keep-checkpoints chain)")
-        return deleted
-
-    def write_results(self):
-        return write_results(self.out, self.ledger.rows())
-
-    def landed(self, row: dict) -> None:
-        """A finished training's row, from the engine: into the ledger at once, then on screen."""
-        self.ledger.record(row)
-        if self._trainings is not None and row.get("training"):
-            # A new row of the training, or the same key trained again (`_restore_starts`): replaces the old one.
-            with self._handing:
-                rows = self._trainings.setdefault(row["training"], [])
-                rows[:] = [r for r in rows if r["key"] != row["key"]] + [row]
-        # Trials of other batches waiting for this training get their copies now, not when their batch ends: a
-        # copy keeps the checkpoint for its own chain (`retention`), which the leader's chain may move on from first.
-        with self._handing:
-            self._reuse(self._awaited.pop(row.get("training"), []))
-        self.progress.trial(row)

@@ -20,7 +20,7 @@ search is simulated the same way (`silo_paper.DeltaPlan` on the model in ln δ).
 closed form, whatever the model.
 
 Trials: with fusion (`--fuse`; by default every candidate of a (seed, cycle) on GPUs) the engine trains up to `fuse`
-max_lr candidates of one (seed, cycle, start) as one fused network in one Tune trial (`engine.Runner._configs`):
+max_lr candidates of one (seed, cycle, start) as one fused network in one Tune trial (`fusion.pack`):
 each round of the Oracle's and each schedule's cycle-0 tuning on a seed is ⌈values / fuse⌉ trials. SILO (its own
 max_lr), the final chains (one max_lr per chain and cycle) and fp16 (`fusion.fusable`) run one training per trial.
 

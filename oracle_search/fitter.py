@@ -33,7 +33,9 @@ import optuna
 from optuna.exceptions import ExperimentalWarning, UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from oracle_search.engine import Runner, RunFailed
+from oracle_search.engine import RunFailed
+
+from oracle_search.runner import Runner
 from oracle_search.schema import Method, Stage
 from oracle_search.trials import chain_suffix, cycle_trial, peak_name, silo_spec, silo_tags
 from trainables.schedules import SiloParams

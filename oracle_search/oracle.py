@@ -15,7 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from oracle_search.engine import Runner, Training
+from oracle_search.identity import Training
+
+from oracle_search.runner import Runner
 from oracle_search.racing import RACING_FILE, OracleSearch, Pool, Race, carry, write_racing
 from oracle_search.schema import Method, Stage
 from oracle_search.selection import Choice, Curve, choose, lr_key

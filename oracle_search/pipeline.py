@@ -20,7 +20,8 @@ from oracle_search import estimate, fitter, options as recorded_options, replica
 from oracle_search.baselines import run_baselines
 from oracle_search.callbacks import logger_callbacks
 from oracle_search.cluster import connect
-from oracle_search.engine import Engine, RunFailed, Runner
+from oracle_search.engine import Engine, RunFailed
+from oracle_search.runner import Runner
 from oracle_search.fusion import fuse_size
 from oracle_search.lock import holding
 from oracle_search.options import CompareOptions, FitOptions, OracleOptions, at_least

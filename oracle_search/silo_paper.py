@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from oracle_search.baselines import run_chains
-from oracle_search.engine import Runner
+from oracle_search.runner import Runner
 from oracle_search.retention import Claim
 from oracle_search.trials import grid_key, silo_spec, silo_tags
 from oracle_search.schema import Method, Stage

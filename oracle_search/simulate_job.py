@@ -32,7 +32,11 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from oracle_search.engine import ROW_METRICS, Engine, Runner, Training
+from oracle_search.engine import ROW_METRICS, Engine
+
+from oracle_search.identity import Training
+
+from oracle_search.runner import Runner
 from oracle_search.progress import Progress
 from oracle_search.replicates import replicate_dir
 from oracle_search.seeds import replicate_spec

@@ -103,7 +103,7 @@ def run_study(runner, options: CompareOptions):
     the baselines' tuning races from), three lines of work run beside it, each ending in its methods' final runs
     on the evaluation seeds: silo_fit's study, silo_paper's δ search, the baselines' tuning. None of them needs
     a later Oracle cycle, so on many slots they fill what the Oracle's chain leaves idle (a training two lines
-    need is trained once: `engine.Runner.start`). Then the completions the verdict needs, which need every
+    need is trained once: `runner.Runner.start`). Then the completions the verdict needs, which need every
     method's schedule."""
     spec, say = runner.spec, runner.progress.say
     tune, evaluate = tuning_seeds(spec, options.oracle.seeds), evaluation_seeds(spec, options.eval_seeds)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Callable, Hashable
 
-from oracle_search.engine import Runner, Started, Training
+from oracle_search.identity import Training
+
+from oracle_search.runner import Runner, Started
 from oracle_search.identity import grid_key, training
 from oracle_search.schema import Method, Stage
 from trainables.schedules import SiloParams, cycle_peak

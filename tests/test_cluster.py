@@ -23,7 +23,11 @@ import yaml
 from packaging.requirements import Requirement
 from ray import cloudpickle
 
-from oracle_search.engine import Progress, Runner, Training
+from oracle_search.engine import Progress
+
+from oracle_search.identity import Training
+
+from oracle_search.runner import Runner
 from oracle_search.oracle import run_oracle
 from trainables.presets import PRESETS
 from trainables.spec import Resources

@@ -18,7 +18,9 @@ from ray import cloudpickle, tune
 
 from trainables import atomic
 from conftest import flip_middle_byte
-from oracle_search.engine import Progress, RunFailed, Runner, Training
+from oracle_search.engine import Progress, RunFailed
+from oracle_search.identity import Training
+from oracle_search.runner import Runner
 from oracle_search.ledger import Ledger
 from trainables.presets import PRESETS
 from trainables.spec import NUMERICS, Resources, SpecError

@@ -17,7 +17,8 @@ import pytest
 from analysis.report import estimate_note
 from oracle_search import estimate
 from oracle_search.cli import main
-from oracle_search.engine import Runner, Started
+from oracle_search.fusion import pack
+from oracle_search.runner import Runner, Started
 from oracle_search.racing import OracleSearch
 from oracle_search.simulate import simulate_delta, simulate_oracle, simulate_tuning
 from oracle_search.cluster import trial_slots
@@ -120,7 +121,7 @@ def test_fusion_is_counted_in_trials_by_hand():
 class RecordingRunner(Runner):
     """The engine's Runner (its ledger, its fusion of trainings into trials) with training replaced: `run` (and
     `start`, which the Oracle's streamed rounds call) records
-    the trainings and the Tune trials (`Runner._configs`) it would start, and answers with the rows a real trial
+    the trainings and the Tune trials (`fusion.pack`) it would start, and answers with the rows a real trial
     would land in the ledger, validation accuracies drawn from `rng` (ties and 5 % divergence included). A fake of
     training only: nothing here depends on Ray's semantics, which the Runner's own tests cover."""
 
@@ -139,7 +140,7 @@ class RecordingRunner(Runner):
         rows = {t.key: row for t in trials if (row := self.ledger.get(t.key)) is not None}
         todo = [t for t in trials if t.key not in rows]
         self.trainings += len(todo)
-        self.trials += len(self._configs(todo))
+        self.trials += len(pack(todo, self.fuse, lambda key, t: None))
         for cycle in {t.cycle for t in todo}:
             self.rounds.setdefault(cycle, []).append(len({t.max_lr for t in todo if t.cycle == cycle}))
         for t in todo:

@@ -17,7 +17,9 @@ from ray import cloudpickle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from oracle_search.config import base_spec, load
-from oracle_search.engine import Progress, Runner, Training
+from oracle_search.engine import Progress
+from oracle_search.identity import Training
+from oracle_search.runner import Runner
 from conftest import cli
 from trainables.spec import Resources
 

@@ -20,7 +20,9 @@ from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
 from conftest import cli, flip_middle_byte, ray_env
-from oracle_search.engine import Progress, RunFailed, Runner, Training
+from oracle_search.engine import Progress, RunFailed
+from oracle_search.identity import Training
+from oracle_search.runner import Runner
 from oracle_search.ledger import Ledger
 from trainables.presets import PRESETS
 from trainables.spec import Resources

@@ -12,7 +12,8 @@ import optuna
 import pytest
 
 from oracle_search import cli
-from oracle_search.engine import Progress, Runner
+from oracle_search.engine import Progress
+from oracle_search.runner import Runner
 from oracle_search.ledger import Ledger
 from oracle_search.fitter import trial_key
 from oracle_search.trials import cycle_trial, training_id

@@ -20,7 +20,8 @@ from scipy import stats
 
 from conftest import ray_env
 from oracle_search import cli
-from oracle_search.engine import Progress, Runner
+from oracle_search.engine import Progress
+from oracle_search.runner import Runner
 from oracle_search.oracle import run_oracle
 from oracle_search.schema import read_results
 from analysis.replay import replay

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from oracle_search.cli import main
-from oracle_search.engine import Runner
+from oracle_search.runner import Runner
 from trainables import plugins, sources
 from trainables.cycle import run_cycle
 from trainables.data import DATASETS

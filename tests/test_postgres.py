@@ -21,7 +21,8 @@ import optuna
 import pytest
 
 from conftest import ray_env
-from oracle_search.engine import Progress, Runner
+from oracle_search.engine import Progress
+from oracle_search.runner import Runner
 from oracle_search.fitter import Heartbeat, SearchSpace, fit_silo, open_study, rdb_storage, study_name, suggest
 from trainables.presets import PRESETS
 

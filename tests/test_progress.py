@@ -17,7 +17,8 @@ import pytest
 from ray import cloudpickle
 
 from oracle_search import cli
-from oracle_search.engine import Runner, Training
+from oracle_search.identity import Training
+from oracle_search.runner import Runner
 from oracle_search.ledger import Ledger
 from oracle_search.progress import Progress, Status
 from trainables.presets import PRESETS

@@ -557,7 +557,7 @@ def test_on_a_local_ray_with_4_slots_no_slot_idles_while_a_training_could_start(
     slots free while the leader's next seeds could run."""
     import dataclasses
 
-    from oracle_search.engine import Runner
+    from oracle_search.runner import Runner
     from oracle_search.trials import Streaming, oracle_trial
     from oracle_search.schema import Stage
     from trainables.presets import PRESETS

@@ -107,7 +107,8 @@ def test_a_trial_from_a_gone_checkpoint_has_its_start_trained_again_and_all_keep
     import shutil
 
     from oracle_search import cli
-    from oracle_search.engine import RunFailed, Runner
+    from oracle_search.engine import RunFailed
+    from oracle_search.runner import Runner
     from oracle_search.ledger import Ledger
     from oracle_search.pipeline import recorded_spec
     from oracle_search.progress import Progress
@@ -265,7 +266,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DELTA_SEARCH = """
 import sys
 from pathlib import Path
-from oracle_search.engine import Runner
+from oracle_search.runner import Runner
 from oracle_search.pipeline import recorded_spec
 from oracle_search.seeds import tuning_seeds
 from oracle_search.study import folder_dense_best

@@ -10,7 +10,9 @@ import math
 import pandas as pd
 import pytest
 
-from oracle_search.engine import Progress, Runner
+from oracle_search.engine import Progress
+
+from oracle_search.runner import Runner
 from oracle_search.schema import read_results
 from oracle_search.silo_paper import BRACKET, bracketed, delta_grid, delta_range, next_deltas, tune_silo_paper
 from trainables.presets import PRESETS

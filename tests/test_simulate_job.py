@@ -1,5 +1,5 @@
 """The whole job on a virtual clock (oracle_search.simulate_job), the lines of a study side by side
-(oracle_search.side_by_side, study.run_study) and a training two lines need trained once (engine.Runner.start),
+(oracle_search.side_by_side, study.run_study) and a training two lines need trained once (runner.Runner.start),
 on the simulated engine: the drivers' own code, no Ray, nothing trained."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from conftest import ROOT
-from oracle_search.engine import Training
+from oracle_search.identity import Training
 from oracle_search.options import CompareOptions, FitOptions, OracleOptions
 from oracle_search.progress import Progress
 from oracle_search.side_by_side import first_error, side_by_side

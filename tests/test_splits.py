@@ -15,7 +15,9 @@ import torch
 import trainables.cycle
 import trainables.fused
 from conftest import ROOT, cli
-from oracle_search.engine import Progress, RunFailed, Runner, Training
+from oracle_search.engine import Progress, RunFailed
+from oracle_search.identity import Training
+from oracle_search.runner import Runner
 from trainables.cycle import layer_statistics, run_cycle, torch_threads
 from trainables.data import DatasetSplits, TensorData
 from trainables.fused import run_fused_cycle
