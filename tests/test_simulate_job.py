@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import sys
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -106,11 +108,57 @@ def test_a_training_another_line_is_running_is_waited_for_not_trained_twice(tmp_
     assert runner.ledger.get("silo_paper")["reused"] and not runner.ledger.get("warmup").get("reused")
 
 
-def test_a_line_waiting_on_nothing_ends_with_an_error_not_a_hang():
-    """Every line waits and nothing runs (a driver bug): the clock cannot move, so the waits end and the Runner
-    raises RunFailed instead of hanging."""
+def test_a_line_waiting_on_nothing_ends_not_hangs():
+    """Every line waits and nothing runs (a driver bug): the clock cannot move, so the waits end (the event's wait
+    says it was not set) instead of hanging; the whole simulation returns within seconds."""
     engine = SimEngine(TINY, Model(0.1), 2)
     never = engine.event()
-    lines = side_by_side({"stuck": lambda: never.wait()}, engine)
-    assert lines["stuck"].error is None and lines["stuck"].value is False and engine.stuck
-    assert threading.active_count() >= 1
+    got = {}
+    thread = threading.Thread(target=lambda: got.update(side_by_side({"stuck": lambda: never.wait()}, engine)),
+                              daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the stuck simulation hung"
+    assert got["stuck"].error is None and got["stuck"].value is False and engine.stuck
+
+
+def test_a_stuck_runner_raises_run_failed():
+    """A line that waits in `Runner.run` for a training no slot will ever run (a simulated cluster of no slot: a
+    driver bug's stand-in) ends with RunFailed naming the training, not a hang."""
+    from oracle_search.engine import RunFailed
+
+    engine = SimEngine(TINY, Model(0.1), 0)
+    runner = SimRunner(out=Path(tempfile.mkdtemp()) / "study", spec=TINY, experiment="tiny",
+                       progress=Progress(io.StringIO()), engine=engine)
+    lines = side_by_side({"stuck": lambda: runner.run([Training("never", TINY, 0, 0.1, 0, None, {})])}, engine)
+    assert isinstance(lines["stuck"].error, RunFailed) and "never" in str(lines["stuck"].error)
+
+
+def test_a_toy_job_whose_chain_and_walls_are_known_by_hand(tmp_path):
+    """Two lines, every training lasting T exactly (no spread): one trains three cycles of a chain, each after the
+    one before; the other one training. The longest chain is 3 T; the wall 4 T on one slot (every training end
+    to end) and 3 T on two (the single training beside the chain's first)."""
+    model = Model(0.1, spread=0.0)
+    T = 0.1 * TINY.epochs
+
+    def run(slots: int) -> SimEngine:
+        engine = SimEngine(TINY, model, slots)
+        runner = SimRunner(out=tmp_path / f"slots{slots}", spec=TINY, experiment="tiny",
+                           progress=Progress(io.StringIO()), engine=engine)
+
+        def chain():
+            start = None
+            for cycle in range(3):
+                t = Training(f"a{cycle}", TINY, cycle, 0.1, 0, start, {"training": f"a{cycle}"})
+                start = runner.run([t])[t.key]["checkpoint"]
+
+        def single():
+            runner.run([Training("b", TINY, 0, 0.1, 1, None, {"training": "b"})])
+
+        first_error(side_by_side({"chain": chain, "single": single}, engine))
+        return engine
+
+    one, two = run(1), run(2)
+    assert (one.trainings, two.trainings) == (4, 4)
+    assert one.now == pytest.approx(4 * T) and two.now == pytest.approx(3 * T)
+    assert one.longest == pytest.approx(3 * T) and two.longest == pytest.approx(3 * T)
