@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from oracle_search.curve import lr_key  # noqa: E402
 from oracle_search.schema import read_results  # noqa: E402
-from oracle_search.silo_paper import RECORD, DeltaPlan  # noqa: E402
+from oracle_search.delta import DeltaPlan  # noqa: E402
+from oracle_search.silo_paper import RECORD  # noqa: E402
 
 
 def replay(run: Path) -> dict:
@@ -37,7 +38,7 @@ def replay(run: Path) -> dict:
     low, high = theirs[max(i - 1, 0)], theirs[min(i + 1, len(theirs) - 1)]
     out = {"run": run.name, "their_delta": record["delta"], "their_chains": len(table), "bracket": [low, high]}
     for rule in (True, False):
-        plan = DeltaPlan(record["epsilon"], tuple(spec["grid"]), seeds, target, racing=False, walk_first=rule)
+        plan = DeltaPlan(record["epsilon"], tuple(spec["grid"]), seeds, target, mode="exhaustive", walk_first=rule)
         race, asked = plan.race(), []
 
         def train(pairs):

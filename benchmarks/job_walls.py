@@ -27,14 +27,14 @@ def one_after_another(runner, options: CompareOptions):
     side by side)."""
     from oracle_search import study as one
     from oracle_search.baselines import run_baselines
-    from oracle_search.seeds import evaluation_seeds, tuning_seeds
+    from oracle_search.racing import TuningPlan
+    from oracle_search.seeds import evaluation_seeds
 
-    tune = tuning_seeds(runner.spec, options.oracle.seeds)
     evaluate = evaluation_seeds(runner.spec, options.eval_seeds)
     one.oracle_cycles(runner, options.oracle)
     study = one.silo_fit_study(runner, options.fit) if options.silo_fit else None
     variants = one.silo_variants(runner, options, study)
-    run_baselines(runner, tune, evaluate, list(runner.spec.grid), variants, racing=options.oracle.racing)
+    run_baselines(runner, TuningPlan.of(runner.spec, options.oracle), evaluate, variants)
     if options.oracle.racing:
         one.verdict_completions(runner, options.oracle)
     return study, variants

@@ -21,6 +21,7 @@ import ray
 import torch
 
 from oracle_search.engine import Progress
+from oracle_search.racing import OracleSearch  # noqa: E402
 
 from oracle_search.runner import Runner
 from oracle_search.cluster import connect
@@ -41,7 +42,7 @@ def with_ray(spec: ExperimentSpec, seeds: list[int], out: Path) -> tuple[float, 
     startup = time.perf_counter() - start
     with Runner(out=out, spec=spec, experiment=spec.preset, progress=Progress(io.StringIO())) as runner:
         # The whole grid at every cycle, no refinement: the same trials as the in-process loop below.
-        outcomes = run_oracle(runner, seeds, list(spec.grid), refine=0, use_bracket=False, mode="exhaustive")
+        outcomes = run_oracle(runner, OracleSearch(spec.grid, tuple(seeds), 0, False, "exhaustive"))
     seconds = time.perf_counter() - start
     ray.shutdown()
     trained = sum(row["seconds"] for row in runner.ledger.rows())

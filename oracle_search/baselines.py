@@ -11,33 +11,30 @@ from oracle_search.runner import Runner
 from oracle_search.retention import Claim
 from oracle_search.trials import Streaming, chain_suffix, cycle_trial, peak_name, silo_spec, silo_tags, tune_trial
 from oracle_search.schema import BASELINES, Method, Stage
-from oracle_search.racing import Pool, pool_of, run_races, tuning_race
+from oracle_search.racing import Pool, TuningPlan, pool_of, run_races
 from oracle_search.selection import dense_curve
 from trainables.schedules import SiloParams
 from trainables.spec import ExperimentSpec
 
 
-def tune_peaks(runner: Runner, schedules: tuple[str, ...], grid: list[float], seeds: list[int],
-               racing: bool = False) -> dict[str, float]:
+def tune_peaks(runner: Runner, schedules: tuple[str, ...], plan: TuningPlan) -> dict[str, float]:
     """Each schedule's best peak LR on cycle 0 (seed-mean validation accuracy over values every seed trained; ties
-    to the smaller LR). `racing`: one race per schedule, side by side (oracle_search.racing): a peak shown more than
+    to the smaller LR). A racing `plan`: one race per schedule, side by side (oracle_search.racing): a peak shown more than
     0.5 points worse than that schedule's leader gets no more seeds, and each race walks out from the Oracle's dense
     best (`racing.tuning_race`: a peak beyond one so dropped is not trained). Each race starts from the pool of the
     Oracle's cycle-0 curve on the same seeds where this folder holds one: the same network from the same
     initialisation, trained one cycle on the same seeds, differing only in the schedule's shape, so a paired
     difference's seed noise is taken to be the same (docs/design.md, "Racing"); the Oracle's own schedule gets none
     (`racing.tuning_race`)."""
-    spec = runner.spec
-    runner.progress.say(f"baselines: tuning the peak LR of {', '.join(schedules)} over {len(grid)} values"
-                        f"{', racing' * racing}")
-    dense = dense_curve(pd.DataFrame(runner.ledger.rows()), seeds) if racing else None
+    spec, seeds = runner.spec, list(plan.seeds)
+    runner.progress.say(f"baselines: tuning the peak LR of {', '.join(schedules)} over {len(plan.grid)} values"
+                        f"{', racing' * plan.racing}")
+    dense = dense_curve(pd.DataFrame(runner.ledger.rows()), seeds) if plan.racing else None
     prior = pool_of(dense) if dense is not None else Pool()
     if prior.df:
         runner.progress.say(f"  baselines: racing from the Oracle's cycle-0 pool (sd {prior.sd:.2f} points, "
                             f"{prior.df} df)")
-    centre = dense.best if dense is not None else None
-    races = {name: tuning_race(seeds, grid, prior, centre, own=name == spec.schedule.name, keep_all=not racing)
-             for name in schedules}
+    races = {name: plan.race(dense, own=name == spec.schedule.name) for name in schedules}
     run_races(races, Streaming(runner, lambda name, pair: tune_trial(spec, name, *pair)), runner.slots())
     curves = {name: race.curve() for name, race in races.items()}
     peaks = {}
@@ -114,11 +111,10 @@ def run_finals(runner: Runner, peaks: dict[str, float], silo: dict[Method, SiloP
     supersede(runner, run_chains(runner, runs, seeds, Stage.FINAL, runner.spec.cycles))
 
 
-def run_baselines(runner: Runner, tuning_seeds: list[int], eval_seeds: list[int], grid: list[float],
-                  silo: dict[Method, SiloParams], schedules: tuple[str, ...] = BASELINES,
-                  racing: bool = False) -> dict[str, float]:
-    """Tune every baseline's peak on the tuning seeds (raced with `racing`), then run them and the given SILO
-    variants on the evaluation seeds."""
-    peaks = tune_peaks(runner, schedules, grid, tuning_seeds, racing)
+def run_baselines(runner: Runner, plan: TuningPlan, eval_seeds: list[int], silo: dict[Method, SiloParams],
+                  schedules: tuple[str, ...] = BASELINES) -> dict[str, float]:
+    """Tune every baseline's peak as `plan` says (on the tuning seeds), then run them and the given SILO variants on
+    the evaluation seeds."""
+    peaks = tune_peaks(runner, schedules, plan)
     run_finals(runner, peaks, silo, eval_seeds)
     return peaks

@@ -50,7 +50,9 @@ from trainables.atomic import atomic_write_json
 from trainables.timestamps import duration
 from trainables.spec import ExperimentSpec, SpecError
 
-if TYPE_CHECKING:  # the simulation imports Ray; the estimate's module is imported by --help
+if TYPE_CHECKING:  # the simulation imports Ray, the plans scipy; the estimate's module is imported by --help
+    from oracle_search.delta import DeltaPlan
+    from oracle_search.racing import TuningPlan
     from oracle_search.simulate_job import JobWalls
 
 FIRST_ROUND_VALUES = 3  # a racing cycle's first round (b and its neighbours) on each seed: the Oracle's width
@@ -201,17 +203,17 @@ def oracle_phase(spec: ExperimentSpec, seeds: int, refine: int, bracket: bool, f
                  count(fuse), math.ceil(typical * count(fuse) / count()), fuse)
 
 
-def silo_paper_phase(spec: ExperimentSpec, seeds: int, target: int, racing: bool = False) -> Phase:
-    """At most: the first δ values on every seed, then `ROUNDS` rounds of at most 2. Typically: the δ search
-    (`silo_paper.DeltaPlan`) simulated on the accuracy model (`simulate.simulate_delta`)."""
-    from oracle_search.silo_paper import DELTA_VALUES, ROUNDS, DeltaPlan
+def silo_paper_phase(spec: ExperimentSpec, plan: DeltaPlan) -> Phase:
+    """At most: the first δ values on every seed of `plan`, then `ROUNDS` rounds of at most 2. Typically: the δ
+    search simulated on the accuracy model (`simulate.simulate_delta`)."""
+    from oracle_search.delta import DELTA_VALUES, ROUNDS
     from oracle_search.simulate import simulate_delta
 
-    plan = DeltaPlan(min(spec.grid), tuple(spec.grid), tuple(range(seeds)), target)
+    seeds = len(plan.seeds)
     first = max(1, min(DELTA_VALUES, len(set(spec.grid)) - 1))  # ε + δ on the grid values above ε (or 2ε)
     refine = ROUNDS if plan.cycles_per_delta else 0
     most = seeds * (plan.shared_cycles + (first + 2 * refine) * plan.cycles_per_delta)
-    typical = min(math.ceil(simulate_delta(list(spec.grid), plan.seeds, target, racing, 1, 1.0).trainings), most)
+    typical = min(math.ceil(simulate_delta(plan, 1, 1.0).trainings), most)
     return Phase("silo_paper", most, typical, spec.epochs, seeds * 2)
 
 
@@ -220,19 +222,18 @@ def silo_fit_phase(spec: ExperimentSpec, trials: int, fit_seeds: int, target: in
     return Phase("silo_fit", n, n, spec.epochs, max(1, trials * fit_seeds))
 
 
-def baselines_phases(spec: ExperimentSpec, seeds: int, eval_seeds: int, silo_variants: int,
-                     oracle_ran: bool, fuse: int = 1, racing: bool = False) -> list[Phase]:
+def baselines_phases(spec: ExperimentSpec, plan: TuningPlan, eval_seeds: int, silo_variants: int,
+                     oracle_ran: bool, fuse: int = 1) -> list[Phase]:
     """`fuse`: candidates per fused trial in the tuning, where each schedule's grid on a seed is one batch (the
-    final chains train one max_lr per chain and cycle: nothing to fuse). `racing`: the tuning races, typically
-    as many trainings as its simulation (`simulate.simulate_tuning`) trains."""
+    final chains train one max_lr per chain and cycle: nothing to fuse). A racing `plan`: the tuning races,
+    typically as many trainings as its simulation (`simulate.simulate_tuning`) trains."""
     from oracle_search.simulate import simulate_tuning
 
     tuned = [s for s in BASELINES if not (oracle_ran and s == spec.schedule.name)]  # that one is the Oracle's
-    grid = sorted(set(spec.grid))
-    g = len(grid)
+    seeds, g = len(plan.seeds), len(plan.grid)
     tune, trials = len(tuned) * g * seeds, len(tuned) * -(-g // fuse) * seeds
-    typical = (min(math.ceil(simulate_tuning(grid, tuple(range(seeds)), len(tuned), True, 1, 1.0).trainings), tune)
-               if racing and tuned else tune)
+    typical = (min(math.ceil(simulate_tuning(plan, len(tuned), 1, 1.0).trainings), tune)
+               if plan.racing and tuned else tune)
     finals = (len(BASELINES) + silo_variants) * eval_seeds * (spec.cycles + 1)
     return [Phase("baselines_tune", tune, typical, spec.epochs, max(1, trials), trials,
                   math.ceil(typical * trials / tune) if tune else 0, fuse),
@@ -259,9 +260,15 @@ def plan(command: str, spec: ExperimentSpec, options) -> list[Phase]:
     phases = [oracle_phase(spec, o.seeds, o.refine, o.bracket, k, o.mode, COMPARED_PER_CYCLE if o.racing else 0)]
     if options.silo_fit:
         phases.append(silo_fit_phase(spec, fit.trials, fit.seeds, target))
-    phases.append(silo_paper_phase(spec, o.seeds, target, o.racing))
-    phases += baselines_phases(spec, o.seeds, options.eval_seeds, 1 + options.silo_fit, oracle_ran=True, fuse=k,
-                               racing=o.racing)
+    from oracle_search.delta import DeltaPlan  # here, not at the top: --help imports this module
+    from oracle_search.racing import TuningPlan
+
+    # The dry run's plans are the drivers' (`DeltaPlan`, `TuningPlan`), on seeds 0..n-1: a simulation's seeds are
+    # labels, and its draws were made on these.
+    seeds = tuple(range(o.seeds))
+    phases.append(silo_paper_phase(spec, DeltaPlan(min(spec.grid), tuple(spec.grid), seeds, target, mode=o.mode)))
+    phases += baselines_phases(spec, TuningPlan(tuple(sorted(set(spec.grid))), seeds, o.mode), options.eval_seeds,
+                               1 + options.silo_fit, oracle_ran=True, fuse=k)
     return phases
 
 

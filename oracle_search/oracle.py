@@ -81,14 +81,12 @@ def _race(runner: Runner, search: OracleSearch, cycle: int, starts: dict[int, di
     return {row["key"]: row for row in race.rows.values()}, race, rounds
 
 
-def run_oracle(runner: Runner, seeds: list[int], grid: list[float], refine: int = 3,
-               use_bracket: bool = True, *, mode: str,
+def run_oracle(runner: Runner, search: OracleSearch,
                decided: Callable[[CycleOutcome], None] | None = None) -> list[CycleOutcome]:
-    """Run cycles 0..L on every seed; `refine` is the most refinement rounds per cycle; `mode` exhaustive or
-    racing (module docstring). Each cycle's choice also counts the rows an earlier run on this folder trained from
-    the same starts (`earlier_rows`). `decided` is called with each cycle's outcome once it is chosen."""
-    spec, say = runner.spec, runner.progress.say
-    search = OracleSearch(tuple(grid), tuple(seeds), refine, use_bracket, mode)
+    """Run cycles 0..L on every seed of `search` (its grid, refinement rounds, bracket and mode: racing or
+    exhaustive, module docstring). Each cycle's choice also counts the rows an earlier run on this folder trained
+    from the same starts (`earlier_rows`). `decided` is called with each cycle's outcome once it is chosen."""
+    spec, say, seeds = runner.spec, runner.progress.say, list(search.seeds)
     outcomes: list[CycleOutcome] = []
     pool = Pool()  # racing: the seed noise of a paired difference, carried from cycle to cycle
     raced: dict[int, dict] = {}  # racing: per cycle, what the race changed (racing.json)

@@ -26,6 +26,7 @@ from oracle_search.fusion import fuse_size
 from oracle_search.lock import holding
 from oracle_search.options import CompareOptions, FitOptions, OracleOptions, at_least
 from oracle_search.progress import Progress
+from oracle_search.racing import TuningPlan
 from oracle_search.schema import SILO_METHODS, read_results
 from oracle_search.seeds import evaluation_seeds, replicate_spec, tuning_seeds
 from oracle_search.side_by_side import first_error, side_by_side
@@ -204,9 +205,8 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
         # silo_fit runs when this experiment's study holds a finished trial, whatever `options.silo_fit` says
         study = fitter.existing_study(runner.out, runner.spec, options.fit.storage,
                                       tuning_seeds(spec, options.fit.seeds), target)
-        peaks = run_baselines(runner, tuning_seeds(spec, options.oracle.seeds),
-                              evaluation_seeds(spec, options.eval_seeds), list(spec.grid),
-                              silo_variants(runner, options, study), racing=options.oracle.racing)
+        peaks = run_baselines(runner, TuningPlan.of(spec, options.oracle), evaluation_seeds(spec, options.eval_seeds),
+                              silo_variants(runner, options, study))
         runner.write_results()
         runner.prune_checkpoints(finished=True)
     return peaks

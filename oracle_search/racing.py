@@ -59,9 +59,12 @@ import numpy as np
 import pandas as pd
 
 from oracle_search.curve import Curve, best_of, lr_key
+from oracle_search.options import OracleOptions
+from oracle_search.seeds import tuning_seeds
 from oracle_search.selection import TOLERANCE, bracket, choose, next_values
 from oracle_search.statistics import ONE_SIDED, half_width
 from trainables.atomic import atomic_write_json
+from trainables.spec import ExperimentSpec
 
 ALPHA = 0.05
 MOST_NEW_VALUES_PER_ROUND = 4  # selection.next_values: one per edge of the two intervals
@@ -423,6 +426,34 @@ def tuning_race(seeds: list[int], grid: list[float], prior: Pool, centre: float 
     return race
 
 
+@dataclass(frozen=True)
+class TuningPlan:
+    """How the baselines' peak LRs are tuned, written once for their driver (`baselines.tune_peaks`) and the
+    estimate (`simulate.simulate_tuning`): one race per schedule over `grid` on `seeds` (`tuning_race`), racing
+    from the Oracle's dense curve (its pool, walking from its best) or, `mode` exhaustive, every peak on every
+    seed."""
+
+    grid: tuple[float, ...]
+    seeds: tuple[int, ...]
+    mode: str = "racing"
+
+    @classmethod
+    def of(cls, spec: ExperimentSpec, options: OracleOptions) -> "TuningPlan":
+        """A compare's tuning: the grid on the tuning seeds, racing as the Oracle does."""
+        return cls(tuple(spec.grid), tuple(tuning_seeds(spec, options.seeds)), options.mode)
+
+    @property
+    def racing(self) -> bool:
+        return self.mode == "racing"
+
+    def race(self, dense: Curve | None, own: bool) -> Race:
+        """One schedule's race; `dense`: the Oracle's cycle-0 curve on the same seeds, where known (a racing plan
+        starts from its pool and walks from its best); `own`: the Oracle's own schedule (`tuning_race`)."""
+        start = dense if self.racing else None
+        return tuning_race(list(self.seeds), list(self.grid), pool_of(start) if start is not None else Pool(),
+                           start.best if start is not None else None, own=own, keep_all=not self.racing)
+
+
 def refinement(grid: list[float], paper_only: bool = True):
     """The values a refinement round adds, given a cycle's curve: `selection.next_values` on its choice. The racing
     Oracle resolves only the paper interval's edges (`paper_only`: b and that interval are what the decisions rest
@@ -446,6 +477,12 @@ class OracleSearch:
     refine: int = 3
     bracket: bool = True
     mode: str = "racing"
+
+    @classmethod
+    def of(cls, spec: ExperimentSpec, options: OracleOptions) -> "OracleSearch":
+        """The Oracle's search as `options` say, over the spec's grid on its tuning seeds."""
+        return cls(tuple(spec.grid), tuple(tuning_seeds(spec, options.seeds)), options.refine, options.bracket,
+                   options.mode)
 
     @property
     def racing(self) -> bool:

@@ -28,7 +28,8 @@ from typing import Callable
 import numpy as np
 
 from oracle_search.curve import lr_key
-from oracle_search.racing import OracleSearch, Pool, carry, pool_of, run_races, tuning_race
+from oracle_search.delta import DeltaPlan
+from oracle_search.racing import OracleSearch, Pool, TuningPlan, carry, run_races
 from oracle_search.selection import choose
 
 Answer = Callable[[tuple], "dict | None"]  # (race key, (value, seed)) -> a row with val_acc, diverged, seconds
@@ -155,21 +156,21 @@ def simulate_oracle(search: OracleSearch, cycles: int, slots: int, seconds: floa
     return Simulated(float(np.mean(counts)), float(np.mean(walls)))
 
 
-def simulate_tuning(grid: list[float], seeds: tuple[int, ...], schedules: int, racing: bool, slots: int,
-                    seconds: float, model: AccuracyModel = AccuracyModel(), runs: int = RUNS) -> Simulated:
-    """The baselines' peak-LR tuning of `schedules` schedules side by side on the model, `runs` times, each race
-    walking from the Oracle's simulated dense best with the pool of its cycle 0 (`baselines.tune_peaks`)."""
+def simulate_tuning(plan: TuningPlan, schedules: int, slots: int, seconds: float,
+                    model: AccuracyModel = AccuracyModel(), runs: int = RUNS) -> Simulated:
+    """The baselines' peak-LR tuning (`plan`) of `schedules` schedules side by side on the model, `runs` times, a
+    racing plan's races walking from the Oracle's simulated dense best with the pool of its cycle 0
+    (`baselines.tune_peaks`)."""
     counts, walls = [], []
-    dense_search = OracleSearch(tuple(grid), seeds, 0, True, "exhaustive")
+    grid = list(plan.grid)
+    dense_search = OracleSearch(plan.grid, plan.seeds, 0, True, "exhaustive")
     for r in range(runs):
         rng = np.random.default_rng(10_000 + r)
         answer = model.answer(centre(grid), seconds, rng)
         dense = dense_search.race(dense_search.first_values(None, None), Pool(), None, None)
         dense_search.run(dense, Clock(slots, answer), slots)
         curve = dense.curve()
-        races = {k: tuning_race(list(seeds), grid, pool_of(curve) if racing else Pool(),
-                                curve.best if racing else None, own=False, keep_all=not racing)
-                 for k in range(schedules)}
+        races = {k: plan.race(curve, own=False) for k in range(schedules)}
         clock = Clock(slots, answer)
         run_races(races, clock, slots)
         counts.append(sum(len(race.rows) for race in races.values()))
@@ -177,14 +178,13 @@ def simulate_tuning(grid: list[float], seeds: tuple[int, ...], schedules: int, r
     return Simulated(float(np.mean(counts)), float(np.mean(walls)))
 
 
-def simulate_delta(grid: list[float], seeds: tuple[int, ...], target: int, racing: bool, slots: int, seconds: float,
+def simulate_delta(plan: DeltaPlan, slots: int, seconds: float,
                    model: AccuracyModel = AccuracyModel(curvature=DELTA_CURVATURE), runs: int = RUNS) -> Simulated:
-    """silo_paper's δ search (`silo_paper.DeltaPlan`, its driver's own) on the model in ln δ, `runs` times: its
-    trainings (each (δ, seed) chain trains cycles q+1..target; cycles 0..q once per seed) and wall time."""
-    from oracle_search.silo_paper import DeltaPlan
-
-    epsilon = nearest(sorted(grid), centre(grid))
-    plan = DeltaPlan(epsilon, tuple(grid), seeds, target, racing=racing)
+    """silo_paper's δ search (`plan`, its driver's own) on the model in ln δ, `runs` times, ε the grid value nearest
+    the model's optimum (the simulated dense best): its trainings (each (δ, seed) chain trains cycles q+1..target;
+    cycles 0..q once per seed) and wall time."""
+    grid, seeds = list(plan.grid), plan.seeds
+    plan = plan.for_epsilon(nearest(sorted(grid), centre(grid)))
     per_pair = plan.cycles_per_delta * seconds
     counts, walls = [], []
     for r in range(runs):

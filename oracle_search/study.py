@@ -8,23 +8,24 @@ import dataclasses
 
 import pandas as pd
 
-from oracle_search import fitter, silo_paper as silo_paper_plan
+from oracle_search import fitter
 from oracle_search.baselines import claims as baseline_claims, run_finals, tune_peaks
 from oracle_search.compared import complete_for_verdict
+from oracle_search.delta import PAPER_Q, DeltaPlan
 from oracle_search.options import CompareOptions, FitOptions, OracleOptions
 from oracle_search.oracle import complete, run_oracle
+from oracle_search.racing import OracleSearch, TuningPlan
 from oracle_search.schema import BASELINES, Method, results_frame
 from oracle_search.seeds import evaluation_seeds, tuning_seeds
 from oracle_search.selection import dense_best
 from oracle_search.side_by_side import first_error, side_by_side
-from oracle_search.silo_paper import tune_silo_paper
+from oracle_search.silo_paper import claims as silo_paper_claims, tune_silo_paper
 from trainables.atomic import atomic_write_json
 
 
 def oracle_cycles(runner, options: OracleOptions, decided=None):
     """The Oracle on the tuning seeds (`oracle.run_oracle`); `decided` hears each cycle's outcome."""
-    return run_oracle(runner, tuning_seeds(runner.spec, options.seeds), list(runner.spec.grid),
-                      refine=options.refine, use_bracket=options.bracket, mode=options.mode, decided=decided)
+    return run_oracle(runner, OracleSearch.of(runner.spec, options), decided)
 
 
 def verdict_completions(runner, options: OracleOptions) -> None:
@@ -81,8 +82,7 @@ def silo_paper_params(runner, options: CompareOptions):
     if dense is None:
         runner.progress.say("silo_paper: no Oracle dense best in this folder; silo_paper is left out")
         return None
-    return tune_silo_paper(runner, dense, list(runner.spec.grid), tuning_seeds(runner.spec, options.oracle.seeds),
-                           options.fit.target(runner.spec), racing=options.oracle.racing)
+    return tune_silo_paper(runner, DeltaPlan.of(runner.spec, options).for_epsilon(dense))
 
 
 def silo_variants(runner, options: CompareOptions, study) -> dict:
@@ -118,9 +118,9 @@ def run_study(runner, options: CompareOptions):
 
     def cycle_decided(outcome) -> None:
         if outcome.cycle == 0:
-            releases["silo_paper"] = runner.hold(silo_paper_plan.claims(spec, outcome.choice.best, tune + evaluate))
+            releases["silo_paper"] = runner.hold(silo_paper_claims(spec, outcome.choice.best, tune + evaluate))
             releases["baselines"] = runner.hold(baseline_claims(spec, BASELINES, list(spec.grid), evaluate,
-                                                                     cycles=silo_paper_plan.PAPER_Q + 1))
+                                                                     cycles=PAPER_Q + 1))
             say("== 2/4 beside the Oracle's later cycles: " + "silo_fit (Optuna), " * options.silo_fit
                 + "silo_paper's δ, the baselines' tuning; each then its final runs ==")
             dense_decided.set()
@@ -154,7 +154,7 @@ def run_study(runner, options: CompareOptions):
         return params
 
     def baselines():
-        run_finals(runner, tune_peaks(runner, BASELINES, list(spec.grid), tune, racing), {}, evaluate)
+        run_finals(runner, tune_peaks(runner, BASELINES, TuningPlan.of(spec, options.oracle)), {}, evaluate)
 
     work = {"oracle": oracle, "silo_fit": beside_the_oracle(silo_fit), "silo_paper": beside_the_oracle(silo_paper),
             "baselines": beside_the_oracle(baselines)}

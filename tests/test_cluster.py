@@ -24,6 +24,7 @@ from packaging.requirements import Requirement
 from ray import cloudpickle
 
 from oracle_search.engine import Progress
+from oracle_search.racing import OracleSearch
 
 from oracle_search.identity import Training
 
@@ -200,7 +201,7 @@ def test_oracle_spreads_over_two_nodes_and_chains_through_shared_storage(two_nod
                                resources=Resources(cpus_per_trial=1.5, storage_path=str(shared)))
     with Runner(out=tmp_path / "out", spec=spec, experiment="nodes", address=two_nodes.address,
                 trainable=together(tmp_path / "log", 2), progress=Progress(io.StringIO())) as runner:
-        outcomes = run_oracle(runner, [0], list(spec.grid), refine=0, use_bracket=False, mode="exhaustive")
+        outcomes = run_oracle(runner, OracleSearch(spec.grid, (0,), 0, False, "exhaustive"))
         rows = runner.ledger.rows()
 
     assert len(rows) == 6

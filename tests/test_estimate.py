@@ -19,14 +19,14 @@ from oracle_search import estimate
 from oracle_search.cli import main
 from oracle_search.fusion import pack
 from oracle_search.runner import Runner, Started
-from oracle_search.racing import OracleSearch
+from oracle_search.racing import OracleSearch, TuningPlan
 from oracle_search.simulate import simulate_delta, simulate_oracle, simulate_tuning
 from oracle_search.cluster import trial_slots
 from oracle_search.estimate import ESTIMATE_FILE
 from oracle_search.oracle import run_oracle
 from oracle_search.pipeline import CompareOptions, FitOptions, OracleOptions
 from oracle_search.progress import Progress
-from oracle_search.silo_paper import ROUNDS
+from oracle_search.delta import ROUNDS, DeltaPlan
 from trainables.presets import PRESETS
 from trainables.spec import Resources
 
@@ -59,8 +59,8 @@ def typical(mode: str) -> dict[str, int]:
     racing = mode == "racing"
     search = OracleSearch(SPEC.grid, (0, 1, 2), 1, True, mode)
     oracle = simulate_oracle(search, 2, 1, 1.0, estimate.COMPARED_PER_CYCLE if racing else 0).trainings
-    tune = simulate_tuning(sorted(SPEC.grid), (0, 1, 2), 4, True, 1, 1.0).trainings if racing else 48
-    delta = simulate_delta(list(SPEC.grid), (0, 1, 2), 2, racing, 1, 1.0).trainings
+    tune = simulate_tuning(TuningPlan(tuple(sorted(SPEC.grid)), (0, 1, 2), mode), 4, 1, 1.0).trainings if racing else 48
+    delta = simulate_delta(DeltaPlan(min(SPEC.grid), SPEC.grid, (0, 1, 2), 2, mode=mode), 1, 1.0).trainings
     return {"oracle": math.ceil(oracle), "silo_fit": 24, "silo_paper": math.ceil(delta),
             "baselines_tune": math.ceil(tune), "finals": 63}
 
@@ -178,7 +178,7 @@ def test_oracle_never_trains_more_than_the_plan_says(tmp_path, grid, refine, run
     for i in range(runs):
         runner = RecordingRunner(out=tmp_path / str(i), spec=spec, experiment="plan", fuse=3, rng=rng,
                                  progress=Progress(io.StringIO(), live=False))
-        run_oracle(runner, [0, 1], list(grid), refine=refine, mode="exhaustive")
+        run_oracle(runner, OracleSearch(tuple(grid), (0, 1), refine, True, "exhaustive"))
         counts.append((runner.trainings, runner.trials))
         for cycle, values in runner.rounds.items():
             assert len(values) <= 1 + refine and values[0] <= (later if cycle else first), (cycle, values)

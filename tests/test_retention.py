@@ -211,11 +211,12 @@ def test_the_oracle_row_at_epsilon_stays_while_silo_papers_plan_claims_it_though
 
 def test_silo_papers_claims_are_its_plan_cycles_zero_to_q_at_epsilon_on_its_seeds():
     from oracle_search import silo_paper
+    from oracle_search.delta import PAPER_Q
     from trainables.presets import PRESETS
 
     spec = PRESETS["tiny"].spec
     (claim,) = silo_paper.claims(spec, 0.16, [0, 1, 1000])
-    assert claim.seeds == {0, 1, 1000} and claim.peaks == ((0.16,) * (silo_paper.PAPER_Q + 1),)
+    assert claim.seeds == {0, 1, 1000} and claim.peaks == ((0.16,) * (PAPER_Q + 1),)
     # SILO trains LR warmup at the peak its curve gives: the warmup schedule's trainings are its trainings
     assert claim.fingerprint == spec.with_schedule(name="warmup").training_fingerprint()
 
@@ -270,13 +271,14 @@ from oracle_search.runner import Runner
 from oracle_search.pipeline import recorded_spec
 from oracle_search.seeds import tuning_seeds
 from oracle_search.study import folder_dense_best
+from oracle_search.delta import DeltaPlan
 from oracle_search.silo_paper import tune_silo_paper
 
 out = Path(sys.argv[1])
 spec = recorded_spec(out)
 with Runner(out, spec, spec.preset) as runner:
-    found = tune_silo_paper(runner, folder_dense_best(runner), list(spec.grid), tuning_seeds(spec, 3), spec.cycles,
-                            racing=True)
+    found = tune_silo_paper(runner, DeltaPlan(0, spec.grid, tuple(tuning_seeds(spec, 3)), spec.cycles,
+                                              mode="racing").for_epsilon(folder_dense_best(runner)))
     runner.prune_checkpoints(finished=True)
 print("delta", found.delta)
 """

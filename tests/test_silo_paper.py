@@ -14,7 +14,8 @@ from oracle_search.engine import Progress
 
 from oracle_search.runner import Runner
 from oracle_search.schema import read_results
-from oracle_search.silo_paper import BRACKET, bracketed, delta_grid, delta_range, next_deltas, tune_silo_paper
+from oracle_search.delta import BRACKET, DeltaPlan, bracketed, delta_grid, delta_range, next_deltas
+from oracle_search.silo_paper import tune_silo_paper
 from trainables.presets import PRESETS
 
 MNIST_GRID = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28]
@@ -100,10 +101,10 @@ def test_racing_drops_a_far_delta_early_and_chooses_the_exhaustive_delta(monkeyp
         return {(d, s): {"max_lr": d, "seed": s, "val_acc": acc(d, s), "diverged": False} for d, s in pairs}
 
     monkeypatch.setattr(silo_paper, "_train", train)
-    exhaustive = silo_paper.search_delta(_Slots(), 0.16, MNIST_GRID, [0, 1, 2], target=6)
+    exhaustive = silo_paper.search_delta(_Slots(), DeltaPlan(0.16, tuple(MNIST_GRID), (0, 1, 2), 6))
     n_exhaustive = len(asked)
     asked.clear()
-    raced = silo_paper.search_delta(_Slots(), 0.16, MNIST_GRID, [0, 1, 2], target=6, racing=True)
+    raced = silo_paper.search_delta(_Slots(), DeltaPlan(0.16, tuple(MNIST_GRID), (0, 1, 2), 6, mode="racing"))
     assert raced.delta == exhaustive.delta == pytest.approx(0.16)
     assert raced.is_bracketed and exhaustive.is_bracketed
     assert set(exhaustive.trained_on.values()) == {3} and exhaustive.dropped == {}
@@ -134,7 +135,7 @@ def test_a_real_delta_search_on_digits_writes_what_the_rows_say(ray_local, tmp_p
     seeds, epsilon, grid = [0, 1], 0.1, [0.05, 0.1, 0.2, 0.4, 0.8]
     log = io.StringIO()
     with Runner(out=tmp_path, spec=spec, experiment="silo", progress=Progress(log)) as runner:
-        params = tune_silo_paper(runner, epsilon, grid, seeds, runner.spec.cycles, rounds=2)
+        params = tune_silo_paper(runner, DeltaPlan(epsilon, tuple(grid), tuple(seeds), runner.spec.cycles, rounds=2))
         runner.write_results()
     record = json.loads((tmp_path / "silo_paper.json").read_text())
     rows = read_results(tmp_path)

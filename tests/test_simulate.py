@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from oracle_search.racing import OracleSearch
+from oracle_search.racing import OracleSearch, TuningPlan
 from oracle_search.simulate import AccuracyModel, Clock, centre, simulate_oracle, simulate_tuning
 
 DEFAULT_GRID = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)  # mnist1d-mlp: 7 cycles (L = 6), 3 seeds, refine 3
@@ -41,8 +41,8 @@ def test_the_model_reproduces_what_the_defaults_real_runs_trained():
     for mode, measured, compared in (("racing", 130, 2), ("exhaustive", 285, 0)):
         got = simulate_oracle(OracleSearch(DEFAULT_GRID, SEEDS, 3, True, mode), 6, 1, 1.0, compared)
         assert got.trainings == pytest.approx(measured, rel=0.15), mode
-    assert simulate_tuning(list(DEFAULT_GRID), SEEDS, 4, True, 1, 1.0).trainings == pytest.approx(31, rel=0.15)
-    assert simulate_tuning(list(DEFAULT_GRID), SEEDS, 4, False, 1, 1.0).trainings == 96
+    assert simulate_tuning(TuningPlan(DEFAULT_GRID, SEEDS, "racing"), 4, 1, 1.0).trainings == pytest.approx(31, rel=0.15)
+    assert simulate_tuning(TuningPlan(DEFAULT_GRID, SEEDS, "exhaustive"), 4, 1, 1.0).trainings == 96
 
 
 def test_a_flat_model_drops_nothing_so_racing_trains_far_more():
@@ -73,7 +73,7 @@ def test_the_delta_search_on_a_noiseless_model_brackets_its_optimum():
     cycles each trains (q+1..target) plus the cycles at ε once per seed."""
     import numpy as np
 
-    from oracle_search.silo_paper import BRACKET, DeltaPlan, bracketed
+    from oracle_search.delta import BRACKET, DeltaPlan, bracketed
     from oracle_search.simulate import DELTA_CURVATURE, nearest, simulate_delta
 
     grid = list(DEFAULT_GRID)
@@ -83,5 +83,5 @@ def test_the_delta_search_on_a_noiseless_model_brackets_its_optimum():
     plan.run(race, Clock(1, model.answer(centre(plan.coarse), 1.0, np.random.default_rng(0))))
     best = race.curve().best
     assert abs(math.log(best / centre(plan.coarse))) <= math.log(BRACKET) and bracketed(best, race.curve().tried)
-    got = simulate_delta(grid, SEEDS, 6, racing=False, slots=1, seconds=1.0, model=model, runs=1)
+    got = simulate_delta(plan, slots=1, seconds=1.0, model=model, runs=1)
     assert got.trainings == len(race.rows) * plan.cycles_per_delta + 3 * plan.shared_cycles
