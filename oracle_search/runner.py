@@ -124,38 +124,46 @@ class Runner:
             rows = {t.key: row for t in trials if (row := self._hit(t)) is not None}
             if reuse:
                 rows |= self._reuse([t for t in trials if t.key not in rows], need_checkpoints)
+            if not self._starts_gone([t for t in trials if t.key not in rows]):
+                return self._hand_over(trials, rows, reuse, need_checkpoints)
         # Outside the lock: a start trained again lands through `landed`, which takes it.
         restored = {t.key: t for t in self._restore_starts([t for t in trials if t.key not in rows])}
         trials = [restored.get(t.key, t) for t in trials]
         with self._handing:
-            if reuse and restored:  # landed while a start was trained again
+            if reuse:  # what landed while a start was trained again
                 rows |= self._reuse([t for t in trials if t.key not in rows], need_checkpoints)
-            # twins: trials of a training this batch or (with `reuse`) another phase's already runs; each gets that
-            # training's row once it lands
-            flying = self.engine.trainings_in_flight(self) if reuse else {}
-            todo, twins, leaders = [], [], set(flying)
-            for t in (t for t in trials if t.key not in rows):
-                training = t.tags.get("training")
-                (twins if training and training in leaders else todo).append(t)
-                if training:
-                    leaders.add(training)
-            waiting, running = set(), []  # running: trials handed over before under the same key
-            for t in twins:
-                if (training := t.tags["training"]) in flying:
-                    waiting.add(flying[training])
-                    if flying[training] == t.key:
-                        running.append(t)
-                    else:
-                        self._awaited.setdefault(training, []).append(t)
-            twins = [t for t in twins if t not in running]
-            if todo:
-                self._check_starts(todo)
-                for t in todo:
-                    self.engine.owns(self, t.key, t)
-                configs = pack(todo, self.fuse, lambda key, t: self.engine.owns(self, key, t))
-                self.engine.submit(configs)
-                waiting |= {c["key"] for c in configs}  # a fused trial's key stands for its candidates
-                self._pinned -= {t.start_checkpoint for t in todo}  # now in flight: `starts_in_flight` keeps them
+            return self._hand_over(trials, rows, reuse, need_checkpoints)
+
+    def _hand_over(self, trials: list[Training], rows: dict[str, dict], reuse: bool,
+                   need_checkpoints: bool) -> "Started":
+        """`start`'s hand-over, under `_handing`: the trials without a row train, but those whose training is
+        already in flight (`twins`), which wait for its row."""
+        # twins: trials of a training this batch or (with `reuse`) another phase's already runs; each gets that
+        # training's row once it lands
+        flying = self.engine.trainings_in_flight(self) if reuse else {}
+        todo, twins, leaders = [], [], set(flying)
+        for t in (t for t in trials if t.key not in rows):
+            training = t.tags.get("training")
+            (twins if training and training in leaders else todo).append(t)
+            if training:
+                leaders.add(training)
+        waiting, running = set(), []  # running: trials handed over before under the same key
+        for t in twins:
+            if (training := t.tags["training"]) in flying:
+                waiting.add(flying[training])
+                if flying[training] == t.key:
+                    running.append(t)
+                else:
+                    self._awaited.setdefault(training, []).append(t)
+        twins = [t for t in twins if t not in running]
+        if todo:
+            self._check_starts(todo)
+            for t in todo:
+                self.engine.owns(self, t.key, t)
+            configs = pack(todo, self.fuse, lambda key, t: self.engine.owns(self, key, t))
+            self.engine.submit(configs)
+            waiting |= {c["key"] for c in configs}  # a fused trial's key stands for its candidates
+            self._pinned -= {t.start_checkpoint for t in todo}  # now in flight: `starts_in_flight` keeps them
         return Started(trials, rows, todo + running, twins, waiting, need_checkpoints)
 
     def ready(self, started: "Started", partial: bool = True) -> dict[str, dict]:
@@ -233,12 +241,17 @@ class Runner:
         return "://" not in path and "://" not in storage and Path(path).is_relative_to(storage) \
             and not Path(path).is_dir()
 
+    def _starts_gone(self, trials: list[Training]) -> bool:
+        """Whether a start of `trials` is gone (or was trained again already: `_moved`)."""
+        return any(t.start_checkpoint in self._moved or self._gone(t.start_checkpoint)
+                   for t in trials if t.start_checkpoint)
+
     def _restore_starts(self, trials: list[Training]) -> list[Training]:
         """`trials` with each start checkpoint that is gone trained again first (`_retrain`) and replaced by the
         new one. Identical trainings make identical checkpoints (on a CPU bitwise; on a GPU within rounding), so
         the trials train what they would have."""
         starts = {t.start_checkpoint for t in trials if t.start_checkpoint}
-        if not any(s in self._moved or self._gone(s) for s in starts):
+        if not self._starts_gone(trials):
             return trials
         with self._restoring:  # two lines needing the same start train it once
             for start in sorted(starts):
