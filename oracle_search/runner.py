@@ -75,6 +75,7 @@ class Runner:
         # Starts that were gone and were trained again (`_restore_starts`): the old path -> the new one; `_pinned`
         # keeps a new one from retention until the trials that wait for it are handed over.
         self._moved: dict[str, str] = {}
+        self._remote_alive: set[str] = set()  # start URIs found there (`_gone`)
         self._pinned: set[str] = set()
         self._restoring = threading.RLock()  # a start restored may need its own start restored first
         # A study's phases start trainings from threads of their own (`study.run_study`): one hands over a batch
@@ -234,12 +235,20 @@ class Runner:
     def _gone(self, path: str) -> bool:
         """Whether the checkpoint at `path` can no longer be started from: retention deleted it (its tombstone), or
         it is a local path under this run's storage that is not there (deleted by hand, a folder moved). A path
-        elsewhere (another node's disk, cloud storage) is checked by the trials that start from it."""
+        elsewhere (another node's disk) is checked by the trials that start from it. A storage URI is asked once:
+        each batch asks for its starts, and a bucket answers over the network."""
+        if path in self._deleted:
+            return True
+        if "://" in path:
+            if path not in self._remote_alive:
+                if retention.is_deleted(path):
+                    return True
+                self._remote_alive.add(path)
+            return False
         if retention.is_deleted(path):
             return True
         storage = self.engine.storage  # where every trial of the engine writes, a shared one's too
-        return "://" not in path and "://" not in storage and Path(path).is_relative_to(storage) \
-            and not Path(path).is_dir()
+        return "://" not in storage and Path(path).is_relative_to(storage) and not Path(path).is_dir()
 
     def _starts_gone(self, trials: list[Training]) -> bool:
         """Whether a start of `trials` is gone (or was trained again already: `_moved`)."""
