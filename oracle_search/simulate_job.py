@@ -41,7 +41,7 @@ from oracle_search.progress import Progress
 from oracle_search.replicates import replicate_dir
 from oracle_search.seeds import replicate_spec
 from oracle_search.side_by_side import first_error, side_by_side
-from oracle_search.simulate import DIVERGE, NOISE, PEAK, SPREAD, centre
+from oracle_search.simulate import CURVATURE, DIVERGE, NOISE, PEAK, SPREAD, centre
 from oracle_search.study import run_study
 from trainables.schedules import cycle_peak
 from trainables.timestamps import duration
@@ -58,7 +58,7 @@ class Model:
     """The accuracy and duration of a simulated training (module docstring)."""
 
     seconds_per_epoch: float
-    curvature: float = 7.0
+    curvature: float = CURVATURE
     noise: float = NOISE
     diverge: float = DIVERGE
     spread: float = SPREAD
