@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from oracle_search.runner import Runner
+from oracle_search.identity import Training
+from oracle_search.runner import Runner, Started
 from oracle_search.retention import Claim
 from oracle_search.trials import Streaming, chain_suffix, cycle_trial, peak_name, silo_spec, silo_tags, tune_trial
 from oracle_search.schema import BASELINES, Method, Stage
@@ -60,31 +61,60 @@ def claims(spec: ExperimentSpec, schedules: tuple[str, ...], grid: list[float], 
 
 
 def run_chains(runner: Runner, runs: dict[str, tuple[ExperimentSpec, float | None, dict]], seeds: list[int],
-               stage: Stage, last_cycle: int,
-               pairs: list[tuple[str, int]] | None = None) -> dict[tuple[str, int], list[dict]]:
-    """Cycles 0..last_cycle for each named run and seed, all advancing one cycle at a time in parallel; a chain
-    that diverges stops. `runs` maps a name -> (spec, max_lr or None for SILO, tags); `pairs`: only these
-    (name, seed) chains (default: every run on every seed). Returns each chain's rows."""
+               stage: Stage, last_cycle: int, pairs: list[tuple[str, int]] | None = None,
+               after: int = 0, ends: dict[str, int] | None = None) -> dict[tuple[str, int], list[dict]]:
+    """Cycles 0..last_cycle for each named run and seed; a chain that diverges stops. `runs` maps a name -> (spec,
+    max_lr or None for SILO, tags); `pairs`: only these (name, seed) chains (default: every run on every seed).
+    Returns each chain's rows. `after`: the trainings the line has behind the chains (their priority adds it).
+    `ends`: a run's own last cycle where it is not `last_cycle`; a run whose tags carry a stage keeps it.
+
+    The chains stream: each takes its next cycle as soon as its own last one ends, not when the slowest chain of
+    the cycle does (on many slots a cycle-by-cycle walk waits, at every cycle, for the slowest of its trainings).
+    Cycle 0 is handed over as one batch, so its trainings can share a fused trial where the options fuse."""
     pairs = pairs if pairs is not None else [(name, s) for name in runs for s in seeds]
-    starts: dict[tuple[str, int], dict | None] = {pair: None for pair in pairs}
-    chains: dict[tuple[str, int], list[dict]] = {k: [] for k in starts}
-    for cycle in range(last_cycle + 1):
-        trials = {(name, s): cycle_trial(
-            spec, f"{tags['method']}-{stage.value}-{name}-c{cycle:02d}-s{s}-{peak_name(spec, lr)}"
-                  f"{chain_suffix(starts[(name, s)])}", cycle, s, lr, starts[(name, s)], tags | {"stage": stage.value})
-            for (name, s) in starts for spec, lr, tags in [runs[name]]}
-        if not trials:
-            break
-        rows = runner.run(list(trials.values()), need_checkpoints=cycle < last_cycle)
-        for (name, s), t in trials.items():
-            row = rows[t.key]
-            chains[(name, s)].append(row)
+    chains: dict[tuple[str, int], list[dict]] = {pair: [] for pair in pairs}
+    say = runner.progress.say
+    last = {name: (ends or {}).get(name, last_cycle) for name in runs}
+
+    def trial(pair: tuple[str, int], cycle: int, start: dict | None) -> Training:
+        (name, s), (spec, lr, tags) = pair, runs[pair[0]]
+        own = tags.get("stage", stage.value)
+        return cycle_trial(spec, f"{tags['method']}-{own}-{name}-c{cycle:02d}-s{s}-{peak_name(spec, lr)}"
+                                 f"{chain_suffix(start)}", cycle, s, lr, start, tags | {"stage": own},
+                           last[name] - cycle + after)
+
+    def hand_over(steps: dict[tuple[str, int], Training]) -> None:
+        for going_on in (True, False):  # a batch's trials share `need_checkpoints`
+            batch = {pair: t for pair, t in steps.items() if (t.cycle < last[pair[0]]) == going_on}
+            if batch:
+                started = runner.start(list(batch.values()), need_checkpoints=going_on)
+                running.update({pair: (t, started) for pair, t in batch.items()})
+
+    running: dict[tuple[str, int], tuple[Training, Started]] = {}
+    hand_over({pair: trial(pair, 0, None) for pair in pairs})
+    last_cycle = max(last.values(), default=last_cycle)
+    left = {cycle: sum(1 for name, _ in pairs if last[name] >= cycle) for cycle in range(last_cycle + 1)}
+    news = 0
+    while running:
+        landed = {pair: rows[t.key] for pair, (t, batch) in list(running.items())
+                  for rows in [runner.ready(batch)] if t.key in rows}
+        if not landed:
+            news = runner.wait_for_news(news)
+            continue
+        for pair, row in landed.items():
+            del running[pair]
+            chains[pair].append(row)
+            cycle = row["cycle"]
+            stopped = bool(row["diverged"]) or cycle == last[pair[0]]
             if row["diverged"]:
-                runner.progress.say(f"  {name} seed {s} diverged at cycle {cycle}; it stops here")
-                del starts[(name, s)]
-            else:
-                starts[(name, s)] = row
-        runner.progress.say(f"{stage.value} runs: cycle {cycle} done [{runner.progress.elapsed()}]")
+                say(f"  {pair[0]} seed {pair[1]} diverged at cycle {cycle}; it stops here")
+            for c in range(cycle, last[pair[0]] + 1) if stopped else [cycle]:
+                left[c] -= 1
+                if left[c] == 0:
+                    say(f"{stage.value} runs: cycle {c} done [{runner.progress.elapsed()}]")
+            if not stopped:
+                hand_over({pair: trial(pair, cycle + 1, row)})
+    runner.prune_checkpoints()
     return chains
 
 

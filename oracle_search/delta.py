@@ -30,7 +30,7 @@ from typing import Callable
 from oracle_search.curve import Curve, lr_key
 from oracle_search.options import CompareOptions
 from oracle_search.racing import Race, Settings, run_race
-from oracle_search.seeds import tuning_seeds
+from oracle_search.seeds import evaluation_seeds, tuning_seeds
 from oracle_search.selection import RESOLUTION
 from trainables.spec import ExperimentSpec
 
@@ -38,6 +38,7 @@ PAPER_Q, PAPER_BETA = 1, 5.0
 DELTA_VALUES = 3  # first candidates: ε + δ on the next 3 grid values above ε
 BRACKET = 1.25  # δ is bracketed when its trained neighbours on both sides lie within this factor
 ROUNDS = 8  # most refinement rounds after the first candidates
+WIDTH = 3  # a wide plan's values per side and step (`DeltaPlan.for_slots`)
 _EPS = 1e-9
 
 
@@ -62,26 +63,33 @@ def delta_grid(epsilon: float, grid: list[float], n: int = DELTA_VALUES) -> list
 
 
 def next_deltas(winner: float, trained: list[float], coarse: list[float],
-                ratio: float = BRACKET, walk_first: bool = True) -> tuple[list[float], list[str]]:
+                ratio: float = BRACKET, walk_first: bool = True, width: int = 1) -> tuple[list[float], list[str]]:
     """The δ values to train next around `winner`, and the sides ("below", "above") with nothing left to try
     because the winner sits at that end of the range. `walk_first`: while the winner is the last tried value on a
     side and the range goes on there, only that side's next coarse value is tried (the other side's midpoint would
-    be wasted once the winner moves on); `False` is the earlier rule, both sides every round."""
+    be wasted once the winner moves on); `False` is the earlier rule, both sides every round.
+
+    `width` > 1 (a wide plan, `DeltaPlan.wide`): a walk takes the next `width` coarse values outward at once, and a
+    side whose trained neighbour lies more than ×`ratio` away gets up to `width` values spaced evenly in ln δ
+    between them, as many as bring the spacing within ×`ratio` in one round (one round for what the narrow plan
+    resolves in several looks, each a chain of cycles)."""
     trained = sorted(trained)
     i, new, ends = trained.index(winner), set(), []
     for side, step in (("below", -1), ("above", 1)):
         j = i + step
         if 0 <= j < len(trained):
             neighbour = trained[j]
-            if max(neighbour, winner) / min(neighbour, winner) > ratio * (1 + _EPS):
-                new.add(lr_key(math.sqrt(neighbour * winner)))
+            gap = max(neighbour, winner) / min(neighbour, winner)
+            if gap > ratio * (1 + _EPS):
+                parts = min(width, math.ceil(math.log(gap) / math.log(ratio) - _EPS) - 1) + 1 if width > 1 else 2
+                new |= {lr_key(winner * (neighbour / winner) ** (k / parts)) for k in range(1, parts)}
             continue
         beyond = [d for d in coarse if (d < winner * (1 - _EPS) if step < 0 else d > winner * (1 + _EPS))]
         if beyond:
-            outward = beyond[-1] if step < 0 else beyond[0]
+            outward = beyond[::-1][:width] if step < 0 else beyond[:width]
             if walk_first:  # the winner ends what was tried on this side: walk on, alone
-                return [outward], ends
-            new.add(outward)
+                return sorted(outward), ends
+            new |= set(outward)
         else:
             ends.append(side)
     return sorted(d for d in new if all(abs(d / t - 1) > _EPS for t in trained)), ends
@@ -123,6 +131,8 @@ class DeltaPlan:
     rounds: int = ROUNDS
     mode: str = "exhaustive"
     walk_first: bool = True  # `next_deltas`; False: the earlier rule (benchmarks/delta_search.py compares them)
+    width: int = 1  # values per side and step (`next_deltas`); > 1: the wide plan (`wide`)
+    final_seeds: tuple[int, ...] = ()  # the evaluation seeds: a wide plan starts the leader's finals early
 
     @property
     def racing(self) -> bool:
@@ -133,10 +143,24 @@ class DeltaPlan:
         """The compare's δ search: on its tuning seeds, at silo_fit's target cycle, racing as the Oracle does; ε
         the grid's smallest value until `for_epsilon` sets the Oracle's dense best."""
         return cls(min(spec.grid), tuple(spec.grid), tuple(tuning_seeds(spec, options.oracle.seeds)),
-                   options.fit.target(spec), mode=options.oracle.mode)
+                   options.fit.target(spec), mode=options.oracle.mode,
+                   final_seeds=tuple(evaluation_seeds(spec, options.eval_seeds)))
 
     def for_epsilon(self, epsilon: float) -> "DeltaPlan":
         return dataclasses.replace(self, epsilon=epsilon)
+
+    @property
+    def wide(self) -> bool:
+        return self.width > 1
+
+    def for_slots(self, slots: int) -> "DeltaPlan":
+        """The plan for a cluster of `slots`: where a wide look (`WIDTH` values on each side of the first
+        candidate, every seed) fits in the slots at once, the wide plan: every seed of a δ at once (nothing
+        dropped: with slots to spare, a look's width costs no wall time and each look is a chain of cycles), the
+        walk and the refinement `WIDTH` values at a time. Else the plan as it is (racing as the options say)."""
+        if slots < 2 * WIDTH * len(self.seeds):
+            return self
+        return dataclasses.replace(self, width=WIDTH, mode="exhaustive")
 
     @property
     def coarse(self) -> list[float]:
@@ -144,7 +168,13 @@ class DeltaPlan:
 
     @property
     def first(self) -> list[float]:
-        return delta_grid(self.epsilon, list(self.grid))
+        """The first candidates; a wide plan also takes the `width` coarse values below d₁ (the walk's first steps
+        down, which the default's δ took in most committed runs)."""
+        first = delta_grid(self.epsilon, list(self.grid))
+        if not self.wide:
+            return first
+        below = [d for d in self.coarse if d < first[0] * (1 - _EPS)]
+        return sorted({*first, *below[::-1][:self.width]})
 
     @property
     def shared_cycles(self) -> int:
@@ -170,7 +200,7 @@ class DeltaPlan:
             diverged. Values the racing rule dropped count as tried neighbours."""
             if self.target <= PAPER_Q or curve.best is None:
                 return []
-            new = next_deltas(curve.best, curve.tried, coarse, walk_first=self.walk_first)[0]
+            new = next_deltas(curve.best, curve.tried, coarse, walk_first=self.walk_first, width=self.width)[0]
             if new:
                 say(f"silo_paper: δ = {curve.best:.4g} is best so far; refining with "
                     f"{', '.join(f'{d:.4g}' for d in new)}")

@@ -345,7 +345,7 @@ def _advance(runner: Runner, study: optuna.Study, pool: list[Running], seeds: li
         for seed in seeds:
             trials[(r.trial.number, seed)] = cycle_trial(
                 spec, trial_key(study, r.ledger_number, spec, r.cycle, seed, r.starts[seed]), r.cycle, seed, None,
-                r.starts[seed], tags)
+                r.starts[seed], tags, target - r.cycle + runner.spec.cycles + 1)  # behind it: the finals
     rows = runner.run(list(trials.values()))
     still = []
     for r in pool:

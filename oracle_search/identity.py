@@ -23,6 +23,9 @@ class Training:
     seed: int
     start_checkpoint: str | None
     tags: dict[str, Any] = field(default_factory=dict)  # extra results-table fields: method, stage, ...
+    # The scheduler's order, not the training's identity: the trainings still behind it in its line's plan (the
+    # length of the chain it holds up). Free slots take the highest first, ties in the order handed over.
+    priority: float = 0.0
 
     def config(self) -> dict[str, Any]:
         return {"spec": self.spec, "cycle": self.cycle, "max_lr": self.max_lr, "seed": self.seed,

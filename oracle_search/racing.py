@@ -49,6 +49,8 @@ on a finished run's table.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 from dataclasses import dataclass, field
@@ -145,6 +147,7 @@ class Race:
     drops: dict[float, dict] = field(default_factory=dict)  # value -> its seeds, gap and look when dropped
     reopened: set[float] = field(default_factory=set)  # values dropped by the rule, then completed for the sets
     keep_all: bool = False  # exhaustive search: every value is kept (every seed at once, never dropped)
+    wide: bool = False  # slots to spare: every candidate gets every seed at once, the rule still looks after each round
 
     def add(self, values: Iterable[float]) -> None:
         values = [lr_key(v) for v in values]
@@ -188,11 +191,12 @@ class Race:
 
     def needed(self) -> list[Pair]:
         """The next round: each candidate still in the race gets its next seed; a value completed for the sets
-        (`kept`) gets every seed it lacks at once, as nothing can drop it."""
+        (`kept`) gets every seed it lacks at once, as nothing can drop it, and so does every candidate of a `wide`
+        race (on slots to spare, a look per seed would cost a round of wall time each and save no slot)."""
         out = []
         for v in self.alive:
             seeds = self._next_seeds(v)
-            out += [(v, s) for s in (seeds if v in self.kept else seeds[:1])]
+            out += [(v, s) for s in (seeds if v in self.kept or self.wide else seeds[:1])]
         return out
 
     def ahead(self, n: int, started: Iterable[Pair] = ()) -> list[Pair]:
@@ -477,6 +481,12 @@ class OracleSearch:
     refine: int = 3
     bracket: bool = True
     mode: str = "racing"
+    wide: bool = False  # every seed of a candidate at once (`for_slots`)
+
+    def for_slots(self, slots: int) -> "OracleSearch":
+        """The search on a cluster of `slots`: where the grid on every seed fits in the slots at once, its racing
+        rounds are wide (`Race.wide`: a look per round, not per seed; the rule and the walk as they are)."""
+        return dataclasses.replace(self, wide=self.racing and slots >= len(self.grid) * len(self.seeds))
 
     @classmethod
     def of(cls, spec: ExperimentSpec, options: OracleOptions) -> "OracleSearch":
@@ -508,7 +518,9 @@ class OracleSearch:
             race.add(values)
             return race
         walk = (previous, dense) if previous is not None and self.bracket else (None, None)
-        return oracle_race(list(self.seeds), values, self.rounds, prior, *walk)
+        race = oracle_race(list(self.seeds), values, self.rounds, prior, *walk)
+        race.wide = self.wide
+        return race
 
     def run(self, race: Race, train: "Trainer | Train", slots: int = 1) -> int:
         """Run the cycle's race with its refinement (`run_race`); returns the refinement rounds used."""

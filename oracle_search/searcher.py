@@ -26,12 +26,26 @@ class TrialQueue(Searcher):
         self.extra = 0  # idle actors kept beyond Tune's own count (see `warm_actors`)
         self.closed = False
         self.ready = threading.Condition()
+        self.rank: dict[int, tuple[float, int]] = {}  # id(config) -> (priority, -order put): `suggest` takes the max
+        self.order = 0
 
-    def put(self, configs: list[dict]) -> None:
+    def put(self, configs: list[dict], priorities: list[float] | None = None) -> None:
+        """Queue `configs`; Tune takes the highest `priorities` first (`identity.Training.priority`), ties in
+        the order put."""
         with self.ready:
-            self.pending.extend(configs)
+            for config, priority in zip(configs, priorities or [0.0] * len(configs)):
+                self.order += 1
+                self.pending.append(config)
+                self.rank[id(config)] = (priority, -self.order)
             self._note_demand()
             self.ready.notify_all()
+
+    def prioritise(self, key: str, priority: float) -> None:
+        """Raise a pending trial's priority (`Engine.prioritise`)."""
+        with self.ready:
+            for config in self.pending:
+                if config.get("key") == key and self.rank.get(id(config), (0.0, 0))[0] < priority:
+                    self.rank[id(config)] = (priority, self.rank.get(id(config), (0.0, 0))[1])
 
     def close(self, drop: bool = False) -> None:
         """Hand out no more trials once the queue is empty, or at once with `drop`."""
@@ -39,6 +53,7 @@ class TrialQueue(Searcher):
             self.closed = True
             if drop:
                 self.pending.clear()
+                self.rank.clear()
             self.ready.notify_all()
 
     def suggest(self, trial_id: str) -> dict | str | None:
@@ -49,7 +64,10 @@ class TrialQueue(Searcher):
                 self.ready.wait(IDLE_WAIT_S)
             if self.pending:
                 self.live.add(trial_id)
-                return {"trial": self.pending.popleft()}
+                first = max(self.pending, key=lambda c: self.rank.get(id(c), (0.0, 0)))
+                self.pending.remove(first)
+                self.rank.pop(id(first), None)
+                return {"trial": first}
             return Searcher.FINISHED if self.closed else None
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:

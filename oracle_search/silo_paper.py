@@ -52,15 +52,25 @@ class DeltaSearch:
                                 "dropped": self.dropped.get(d)} for d in trained]}
 
 
-def _train(runner: Runner, epsilon: float, pairs: list[Pair], target: int) -> dict[Pair, dict]:
+def _train(runner: Runner, epsilon: float, pairs: list[Pair], target: int,
+           finals: tuple[float, tuple[int, ...]] | None = None) -> dict[Pair, dict]:
     """Each (δ, seed) chain through the target cycle, as a curve row by pair (`max_lr` holds δ): the validation
-    accuracy at the target cycle, diverged when the chain diverged before or at it."""
+    accuracy at the target cycle, diverged when the chain diverged before or at it. `finals` (δ, evaluation
+    seeds): the final chains of that δ trained beside them, speculatively (`search_delta`)."""
     params = {d: SiloParams(epsilon=epsilon, delta=d, q=PAPER_Q, beta=PAPER_BETA)
               for d in dict.fromkeys(d for d, _ in pairs)}
     runs = {f"d{grid_key(d)}": (silo_spec(runner.spec, p), None, silo_tags(Method.SILO_PAPER, p, Stage.TUNE))
             for d, p in params.items()}
-    chains = run_chains(runner, runs, [], Stage.TUNE, last_cycle=target,
-                        pairs=[(f"d{grid_key(d)}", s) for d, s in pairs])
+    chained = [(f"d{grid_key(d)}", s) for d, s in pairs]
+    if finals is not None:  # the very trainings `run_finals` hands over for this δ: a ledger hit when it wins
+        lead = SiloParams(epsilon=epsilon, delta=finals[0], q=PAPER_Q, beta=PAPER_BETA)
+        runs[Method.SILO_PAPER.value] = (silo_spec(runner.spec, lead), None,
+                                         silo_tags(Method.SILO_PAPER, lead, Stage.FINAL, selected=True))
+        chained += [(Method.SILO_PAPER.value, s) for s in finals[1]]
+    # Behind a δ chain: likely one more look, then the final chains.
+    chains = run_chains(runner, runs, [], Stage.TUNE, last_cycle=target, pairs=chained,
+                        after=target - PAPER_Q + runner.spec.cycles + 1,
+                        ends={Method.SILO_PAPER.value: runner.spec.cycles})
     return {(d, s): {"max_lr": d, "seed": s, "val_acc": end["val_acc"],
                      "diverged": bool(end["diverged"]) or end["cycle"] != target}
             for d, s in pairs for end in [chains[(f"d{grid_key(d)}", s)][-1]]}
@@ -79,7 +89,21 @@ def search_delta(runner: Runner, plan: DeltaPlan) -> DeltaSearch:
     """Train the first δ candidates, then refine around the winner until it is bracketed (`DeltaPlan`)."""
     epsilon, seeds, target, rounds = plan.epsilon, plan.seeds, plan.target, plan.rounds
     race = plan.race()
-    done = plan.run(race, lambda pairs: _train(runner, epsilon, pairs, target), runner.slots(), runner.progress.say)
+    sped: set[float] = set()  # δ values whose final chains were started
+
+    def train(pairs: list[Pair]) -> dict[Pair, dict]:
+        # A wide plan starts the leader's final chains with the next look: if it stays the winner, they are done
+        # when δ is decided (a look is a chain of cycles, as the finals are); if not, they are kept, deselected by
+        # the winner's finals (`supersede`), and never read by a decision.
+        lead = race.curve().best if plan.wide and plan.final_seeds and race.rows else None
+        finals = None
+        if lead is not None and lead not in sped:
+            sped.add(lead)
+            finals = (lead, plan.final_seeds)
+            runner.progress.say(f"silo_paper: δ = {lead:.4g} leads; its final runs start beside the next look")
+        return _train(runner, epsilon, pairs, target, finals)
+
+    done = plan.run(race, train, runner.slots(), runner.progress.say)
     curve, dropped, coarse = race.curve(), dict(race.dropped), plan.coarse
     why = why_stopped(curve, coarse, target, rounds)
     dead = curve.diverged.any(axis=1)

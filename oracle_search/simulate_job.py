@@ -14,8 +14,9 @@ had finished before (the driver decided from their rows), and a line started onc
 Oracle's cycle 0) on what that line had seen. A chain's length is the sum of its trainings' seconds, queueing
 left out, so the longest one is the least wall time any number of slots could give this run's decisions.
 
-The model is stated, not measured on the run (`simulate`): a parabola in ln(peak) around the grid's geometric
-centre at every cycle, with the Oracle runs' noise, the same for every schedule. It drives the same searches the
+The model is stated, not measured on the run (`simulate.AccuracyModel`): a parabola in ln(peak) around an optimum
+that rises from the grid's geometric centre at cycle 0 to `simulate.DRIFT` times it at the last cycle (as the
+committed runs' b does), with the Oracle runs' noise, the same for every schedule. It drives the same searches the
 run does; their counts are typical, not this model's truth about any network."""
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import io
 import math
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,7 @@ from oracle_search.progress import Progress
 from oracle_search.replicates import replicate_dir
 from oracle_search.seeds import replicate_spec
 from oracle_search.side_by_side import first_error, side_by_side
-from oracle_search.simulate import CURVATURE, DIVERGE, NOISE, PEAK, SPREAD, centre
+from oracle_search.simulate import AccuracyModel, centre
 from oracle_search.study import run_study
 from trainables.schedules import cycle_peak
 from trainables.timestamps import duration
@@ -55,27 +56,24 @@ def _draw(key: str) -> np.random.Generator:
 
 @dataclass(frozen=True)
 class Model:
-    """The accuracy and duration of a simulated training (module docstring)."""
+    """A simulated training's row: its accuracy from the dry run's one accuracy model (`simulate.AccuracyModel`,
+    its optimum rising over the cycles), its duration the epochs × `seconds_per_epoch` × the model's spread."""
 
     seconds_per_epoch: float
-    curvature: float = CURVATURE
-    noise: float = NOISE
-    diverge: float = DIVERGE
-    spread: float = SPREAD
+    accuracy: AccuracyModel = AccuracyModel()
 
     def row(self, t: Training) -> dict:
-        spec = t.spec
-        peak, optimum = cycle_peak(spec.schedule, t.cycle, spec.rate, t.max_lr), centre(list(spec.grid))
-        x = math.log(peak / optimum)
+        spec, model = t.spec, self.accuracy
+        peak = cycle_peak(spec.schedule, t.cycle, spec.rate, t.max_lr)
+        optimum = model.optimum(centre(list(spec.grid)), t.cycle, spec.cycles)
         rng = _draw(t.tags.get("training") or t.key)
-        val = PEAK - self.curvature * x * x + rng.normal(0.0, self.noise * (1 + abs(x)))
-        sigma = math.sqrt(math.log1p(self.spread ** 2))
-        seconds = self.seconds_per_epoch * spec.epochs * math.exp(rng.normal(-sigma * sigma / 2, sigma))
+        val = model.accuracy(math.log(peak / optimum), rng)
+        seconds = self.seconds_per_epoch * spec.epochs * model.factor(rng)
         digest = hashlib.sha256(t.key.encode()).hexdigest()[:10]
         return {"cycle": t.cycle, "seed": t.seed, "max_lr": peak, "density": 100.0 * (1 - spec.rate) ** t.cycle,
                 "val_acc": val, "test_acc": val, "best_epoch": spec.epochs, "epochs": spec.epochs,
                 "seconds": seconds, "device": "simulated", "precision": "fp32",
-                "diverged": bool(peak > self.diverge * optimum), "grad_std": 0.0, "act_std": 0.0,
+                "diverged": model.diverges(peak, optimum), "grad_std": 0.0, "act_std": 0.0,
                 "grad_hist": "", "act_hist": "", "checkpoint_hash": digest, "start_hash": "", "started": "",
                 "finished": "", "gpu_ids": "", "node_id": "simulated"}
 
@@ -143,6 +141,7 @@ class _Group:
 
     parent: int
     chain: float
+    path: str = ""  # the line that started them ("replicate-2"), "" for the job itself
     seen: float = 0.0
 
 
@@ -160,13 +159,20 @@ class SimEngine(Engine):
         self.runnable = 1  # lines not waiting (the thread that made the engine is the first)
         self.waiting = 0  # threads waiting on `done`
         self.stuck = False  # every line waits and nothing runs: the lines' waits end (Runner.run raises)
-        self.queue: list[tuple[Training, float, int]] = []  # handed over, waiting for a slot: (it, chain, thread)
+        # handed over, waiting for a slot: (training, chain, thread), taken by (−priority, training identity), not
+        # by the moment of the hand-over, which depends on how the lines' threads interleave (and so does which
+        # of two lines needing one training hands it over): the same job runs the same way every time
+        self.queue: list[tuple[Training, float, int]] = []
         # a heap of (end, order, training, row, chain end, the thread that handed it over)
         self.running: list[tuple[float, int, Training, dict, float, int]] = []
         self.order = 0
         self.chains: dict[int, float] = {}  # thread id -> the longest chain its line has seen
         self.longest = 0.0
         self.trainings = 0
+        self.busy = 0.0  # the finished trainings' seconds
+        self.dependents: dict[str, set[int]] = {}  # training key -> the other lines waiting on it (twins)
+        self.paths: dict[int, str] = {}  # thread id -> its line's path ("replicate-2/silo_paper")
+        self.ends: dict[str, float] = {}  # line path -> when it ended, on the clock
 
     # --- the lines ---------------------------------------------------------------------------------------------
 
@@ -183,15 +189,19 @@ class SimEngine(Engine):
     def lines_started(self, n: int) -> "_Group":
         with self.lock:
             self.runnable += n - 1  # the caller waits for them: its count passes to them
-            return _Group(threading.get_ident(), self.chain_of())
+            me = threading.get_ident()
+            return _Group(me, self.chain_of(), self.paths.get(me, ""))
 
     def line_begun(self, group: "_Group") -> None:
         with self.lock:
             self.chains[threading.get_ident()] = group.chain
+            name = threading.current_thread().name
+            self.paths[threading.get_ident()] = f"{group.path}/{name}" if group.path else name
 
     def line_ended(self, group: "_Group", last: bool) -> None:
         with self.lock:
             group.seen = max(group.seen, self.chain_of())
+            self.ends[self.paths.get(threading.get_ident(), "")] = self.now
             if last:  # the caller goes on, having seen what all its lines saw
                 self.chains[group.parent] = max(self.chains.get(group.parent, 0.0), group.seen)
             else:
@@ -214,17 +224,38 @@ class SimEngine(Engine):
     def close(self, abort: bool = False) -> None:
         return None
 
+    def in_flight(self) -> int:
+        with self.lock:
+            return len(self.queue) + len(self.running)
+
     def submit(self, configs: list[dict]) -> None:
         with self.lock:
             me = threading.get_ident()
             self.queue += [(self._owner[config["key"]][1], self.chains.get(me, 0.0), me) for config in configs]
+
+    def prioritise(self, key: str, priority: float) -> None:
+        """Also: the calling line waits on `key` (a twin), so its chain goes on from that training's."""
+        with self.lock:
+            self.dependents.setdefault(key, set()).add(threading.get_ident())
+            seen = self.chain_of()  # the training depends on what this line has seen too
+            for i, (training, chain, thread) in enumerate(self.queue):
+                if training.key == key:
+                    self.queue[i] = (dataclasses.replace(training, priority=max(priority, training.priority)),
+                                     max(chain, seen), thread)
+            for i, (end, order, training, row, chain, thread) in enumerate(self.running):
+                if training.key == key:  # the heap's order is the end's: unchanged
+                    self.running[i] = (end, order, training, row, max(chain, seen + row["seconds"]), thread)
 
     def _move(self) -> None:
         """While no line counts: start what the free slots take, then finish the earliest training; wake the
         lines waiting on the engine."""
         while self.runnable <= 0:
             while self.queue and len(self.running) < self.slots:
-                training, chain, thread = self.queue.pop(0)
+                # the highest priority first (`Training.priority`), then by identity (the queue's docstring)
+                first = min(range(len(self.queue)), key=lambda i: (-self.queue[i][0].priority,
+                                                                   self.queue[i][0].tags.get("training", ""),
+                                                                   self.queue[i][0].key))
+                training, chain, thread = self.queue.pop(first)
                 row = self.model.row(training)
                 self.order += 1
                 heapq.heappush(self.running, (self.now + row["seconds"], self.order, training, row,
@@ -237,8 +268,10 @@ class SimEngine(Engine):
             self.now = end
             self.longest = max(self.longest, chain)
             self.trainings += 1
+            self.busy += row["seconds"]
             self._land(training, row)
-            self.chains[submitter] = max(self.chains.get(submitter, 0.0), chain)
+            for thread in {submitter} | self.dependents.pop(training.key, set()):
+                self.chains[thread] = max(self.chains.get(thread, 0.0), chain)
             self.generation += 1
             self.runnable += self.waiting
             self.waiting = 0
@@ -263,18 +296,59 @@ class SimRunner(Runner):
 
 @dataclass(frozen=True)
 class JobWalls:
-    """A simulated job: its wall time on the slots, its longest chain of dependent trainings, its trainings."""
+    """A simulated job: its wall time on the slots, its longest chain of dependent trainings, its trainings and
+    their seconds, and when each line of work ended (`SimEngine.ends`)."""
 
     slots: int
     wall: float
     longest_chain: float
     trainings: int
+    busy: float = 0.0  # the trainings' seconds, summed
+    ends: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def training(self) -> float:
+        """T: a mean training's seconds, the unit the plan's depth is counted in."""
+        return self.busy / self.trainings if self.trainings else 0.0
+
+    @property
+    def work(self) -> float:
+        """The least wall time the work alone allows: every training's seconds spread evenly on the slots."""
+        return self.busy / self.slots
+
+    def bound(self) -> str:
+        """What bounds the wall, in words: the chain when it is most of the wall, else the work, else neither."""
+        if self.longest_chain >= 0.8 * self.wall:
+            return "bounded by the chain of dependent trainings: more slots will not shorten it"
+        if self.work >= 0.8 * self.wall:
+            return "bounded by the work: more slots would shorten it"
+        return "bounded by neither alone: trainings of the chain waited for slots"
+
+    def setter(self) -> str | None:
+        """The line of work that ended last (the deepest, a replicate's line rather than the replicate)."""
+        if not self.ends:
+            return None
+        return max(self.ends, key=lambda path: (round(self.ends[path], 6), path.count("/")))
+
+    def replicate_ends(self) -> dict[str, float]:
+        return {path: end for path, end in sorted(self.ends.items()) if "/" not in path
+                and path.startswith("replicate-")}
 
     def line(self) -> str:
-        return (f"the whole job on {self.slots} slots, simulated (the drivers' own code on the accuracy model, each "
-                f"study's lines side by side): {duration(self.wall)} for {self.trainings:,} trainings; the longest "
-                f"chain of dependent trainings in it {duration(self.longest_chain)} "
-                f"(wall / chain {self.wall / self.longest_chain:.2f})")
+        T = self.training
+        in_t = (lambda x: f"{x / T:.0f} T") if T else (lambda x: "")
+        text = (f"the whole job on {self.slots} slots, simulated (the drivers' own code on the accuracy model, each "
+                f"study's lines side by side): {duration(self.wall)} for {self.trainings:,} trainings "
+                f"(T, a mean training, {duration(T)}: the wall is {in_t(self.wall)}); {self.bound()}. The longest "
+                f"chain of dependent trainings: {duration(self.longest_chain)} ({in_t(self.longest_chain)}); the "
+                f"work alone: {duration(self.work)} ({in_t(self.work)})")
+        ends = self.replicate_ends()
+        if len(ends) > 1:
+            text += "; the replicates end at " + ", ".join(f"{path.split('-')[-1]}: {in_t(end)}"
+                                                         for path, end in ends.items())
+        if (last := self.setter()) is not None:
+            text += f"; the last to end: {last}"
+        return text
 
 
 def simulate_compare(spec: ExperimentSpec, options, slots: int, seconds_per_epoch: float,
@@ -306,4 +380,4 @@ def _simulate(spec: ExperimentSpec, options, slots: int, model: Model, study) ->
         studies = side_by_side({f"replicate-{r}": lambda runner=runner: study(runner, options)
                                 for r, runner in runners.items()}, engine)
         first_error(studies)
-        return JobWalls(slots, engine.now, engine.longest, engine.trainings)
+        return JobWalls(slots, engine.now, engine.longest, engine.trainings, engine.busy, dict(engine.ends))

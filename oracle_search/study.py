@@ -25,7 +25,7 @@ from trainables.atomic import atomic_write_json
 
 def oracle_cycles(runner, options: OracleOptions, decided=None):
     """The Oracle on the tuning seeds (`oracle.run_oracle`); `decided` hears each cycle's outcome."""
-    return run_oracle(runner, OracleSearch.of(runner.spec, options), decided)
+    return run_oracle(runner, OracleSearch.of(runner.spec, options).for_slots(runner.slots()), decided)
 
 
 def verdict_completions(runner, options: OracleOptions) -> None:
@@ -82,7 +82,7 @@ def silo_paper_params(runner, options: CompareOptions):
     if dense is None:
         runner.progress.say("silo_paper: no Oracle dense best in this folder; silo_paper is left out")
         return None
-    return tune_silo_paper(runner, DeltaPlan.of(runner.spec, options).for_epsilon(dense))
+    return tune_silo_paper(runner, DeltaPlan.of(runner.spec, options).for_epsilon(dense).for_slots(runner.slots()))
 
 
 def silo_variants(runner, options: CompareOptions, study) -> dict:

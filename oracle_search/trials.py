@@ -26,12 +26,18 @@ def training_id(spec: ExperimentSpec, cycle: int, seed: int, max_lr: float | Non
                     start["checkpoint_hash"] if start else "")
 
 
+# The wide Oracle's rounds per cycle on many slots (the grid or bracket, then its refinement): 35 T for 14 cycles
+# of the paper's ResNet-20 plan, simulated (docs/measured.md). An Oracle training's priority counts the rounds left.
+ORACLE_ROUNDS_PER_CYCLE = 2.5
+
+
 def cycle_trial(spec: ExperimentSpec, key: str, cycle: int, seed: int, max_lr: float | None, start: dict | None,
-                tags: dict) -> Training:
-    """A trial of one cycle, tagged with its training identity so an identical training is never run twice."""
+                tags: dict, priority: float = 0.0) -> Training:
+    """A trial of one cycle, tagged with its training identity so an identical training is never run twice;
+    `priority`: the trainings still behind it in its line's plan (`identity.Training.priority`)."""
     return Training(key=key, spec=spec, cycle=cycle, max_lr=max_lr, seed=seed,
-                 start_checkpoint=start["checkpoint"] if start else None,
-                 tags=tags | {"training": training_id(spec, cycle, seed, max_lr, start)})
+                    start_checkpoint=start["checkpoint"] if start else None,
+                    tags=tags | {"training": training_id(spec, cycle, seed, max_lr, start)}, priority=priority)
 
 
 def oracle_trial(runner: Runner, cycle: int, seed: int, lr: float, start: dict | None, stage: Stage,
@@ -39,7 +45,8 @@ def oracle_trial(runner: Runner, cycle: int, seed: int, lr: float, start: dict |
     """An Oracle training; `tags`: more ledger fields (e.g. `for_verdict`)."""
     return cycle_trial(runner.spec, f"oracle-c{cycle:02d}-s{seed}-lr{grid_key(lr)}{chain_suffix(start)}", cycle,
                        seed, lr, start, {"method": Method.ORACLE.value, "stage": stage.value,
-                                         "schedule": runner.spec.schedule.name, **tags})
+                                         "schedule": runner.spec.schedule.name, **tags},
+                       ORACLE_ROUNDS_PER_CYCLE * (runner.spec.cycles - cycle))
 
 
 def peak_name(spec: ExperimentSpec, lr: float | None) -> str:
@@ -61,7 +68,8 @@ def silo_tags(method: Method, params: SiloParams, stage: Stage, **extra) -> dict
 
 def tune_trial(spec: ExperimentSpec, name: str, lr: float, seed: int):
     return cycle_trial(spec.with_schedule(name=name), f"{name}-tune-c00-s{seed}-lr{grid_key(lr)}", 0, seed, lr,
-                       None, {"method": name, "stage": Stage.TUNE.value, "schedule": name, "selected": False})
+                       None, {"method": name, "stage": Stage.TUNE.value, "schedule": name, "selected": False},
+                       spec.cycles + 1)  # behind it: the schedule's final chain
 
 
 class Streaming:

@@ -225,7 +225,7 @@ def test_dry_run_with_given_seconds_prints_the_plan_and_writes_nothing(tmp_path,
     assert "precision: fp32" in text and "slots: 2" in text
     # racing and 3 replicates, the defaults: 3 x 570 s (every phase here is at least 2 wide)
     total = 3 * sum(HAND_RACING_TYPICAL.values()) * 30 * 0.25 / 2
-    assert f"estimate: {total:,.0f} s" in text and "replicates: 3 whole studies" in text
+    assert f"({total:,.0f} s) of training" in text and "replicates: 3 whole studies" in text
     assert f"{sum(HAND_MOST.values()):,}" in text  # the total at most
 
 
@@ -285,7 +285,7 @@ def test_report_note_puts_the_estimate_next_to_the_time_taken(tmp_path):
     (tmp_path / ESTIMATE_FILE).write_text(json.dumps(record))
     estimate.finish(tmp_path)
     note = estimate_note(tmp_path)
-    assert f"{seconds:,.0f} s" in note and "measured: 1,000 s" in note
+    assert f"({seconds:,.0f} s) of training" in note and "measured: 16.7 min (1,000 s)" in note
 
 
 @pytest.mark.slow

@@ -96,7 +96,7 @@ def test_racing_drops_a_far_delta_early_and_chooses_the_exhaustive_delta(monkeyp
 
     asked: list[tuple[float, int]] = []
 
-    def train(runner, epsilon, pairs, target):
+    def train(runner, epsilon, pairs, target, finals=None):
         asked.extend(pairs)
         return {(d, s): {"max_lr": d, "seed": s, "val_acc": acc(d, s), "diverged": False} for d, s in pairs}
 

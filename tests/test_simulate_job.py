@@ -16,6 +16,7 @@ from oracle_search.identity import Training
 from oracle_search.options import CompareOptions, FitOptions, OracleOptions
 from oracle_search.progress import Progress
 from oracle_search.side_by_side import first_error, side_by_side
+from oracle_search.simulate import AccuracyModel
 from oracle_search.simulate_job import Model, SimEngine, SimRunner, simulate_compare
 from trainables.presets import PRESETS
 
@@ -29,7 +30,11 @@ def test_the_clock_fills_every_slot_it_has_and_runs_the_same_job_the_same_way():
     on more it is shorter, never shorter than the longest chain; and a second run gives the same numbers."""
     one = simulate_compare(TINY, TINY_OPTIONS, 1, 0.1)
     four = simulate_compare(TINY, TINY_OPTIONS, 4, 0.1)
-    assert simulate_compare(TINY, TINY_OPTIONS, 4, 0.1) == four
+    again = simulate_compare(TINY, TINY_OPTIONS, 4, 0.1)
+    # The wall, the count and the longest chain are the same (the queue is taken by priority and identity, not by
+    # how the lines' threads interleave). Which line hands over a training two lines share still depends on that
+    # interleaving, and off the longest chain so can a racing top-up: the summed seconds may differ (docs/design.md).
+    assert (again.wall, again.trainings, again.longest_chain) == (four.wall, four.trainings, four.longest_chain)
     assert one.trainings > 50 and one.longest_chain < one.wall
     # each training lasts epochs x 0.1 s x a lognormal factor of mean 1: the sum is near trainings x 0.4 s
     assert one.wall == pytest.approx(one.trainings * TINY.epochs * 0.1, rel=0.1)
@@ -138,7 +143,7 @@ def test_a_toy_job_whose_chain_and_walls_are_known_by_hand(tmp_path):
     """Two lines, every training lasting T exactly (no spread): one trains three cycles of a chain, each after the
     one before; the other one training. The longest chain is 3 T; the wall 4 T on one slot (every training end
     to end) and 3 T on two (the single training beside the chain's first)."""
-    model = Model(0.1, spread=0.0)
+    model = Model(0.1, AccuracyModel(spread=0.0))
     T = 0.1 * TINY.epochs
 
     def run(slots: int) -> SimEngine:

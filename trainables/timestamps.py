@@ -10,5 +10,15 @@ def utc_now() -> str:
 
 
 def duration(seconds: float) -> str:
-    """A wall time for a person: seconds, and minutes past one (the estimate's, the dry run's and the report's)."""
-    return f"{seconds:,.0f} s ({seconds / 60:.1f} min)" if seconds >= 60 else f"{seconds:.1f} s"
+    """A wall time for a person, in the unit one reads it in (the estimate's, the dry run's and the report's):
+    seconds below a minute, minutes below two hours, hours below two days, then days; the seconds follow past a
+    minute, for the record."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 2 * 3600:
+        readable = f"{seconds / 60:.1f} min"
+    elif seconds < 2 * 86400:
+        readable = f"{seconds / 3600:.1f} h"
+    else:
+        readable = f"{seconds / 86400:.1f} days"
+    return f"{readable} ({seconds:,.0f} s)"
