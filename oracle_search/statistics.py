@@ -78,7 +78,9 @@ def seeds_needed(d) -> int | None:
 # MARGIN_PER_CYCLE (0.5 points per compared cycle, the paper's interval tolerance) is `compare --margin`'s default:
 # a comparison sums it like the advantage, so its margin is MARGIN_PER_CYCLE × L over cycles 1..L.
 EQUIVALENCE_POWER = 0.90  # one-sided quantile of `replicates_needed`'s equivalence branch (80 % power of TOST at 0)
-ALPHA = 1 - TWO_SIDED  # 0.05: the level of the p-values and of `holm`
+# 0.05: the level of the p-values and of `holm`. Rounded: 1 − 0.95 is 0.050000000000000044 in floating point, which
+# let p = 0.05000000000000004 pass a test at "0.05" by accident.
+ALPHA = round(1 - TWO_SIDED, 12)
 # An interval within this many points of ±margin touches it: the bounds come out of sd·t/√n in floating point, so
 # an interval built to touch the margin may land 1e-16 outside, and its TOST p at 0.05000000000000004 (issue 52).
 MARGIN_TOLERANCE = 1e-12

@@ -11,7 +11,7 @@ from analysis.regret import analyse
 from analysis.replicates import AGGREGATE_COLUMNS, REPLICATES_COLUMNS, aggregate, comparisons
 from oracle_rows import oracle_rows
 from oracle_search.schema import results_frame
-from oracle_search.statistics import label
+from oracle_search.statistics import label, mean_interval
 
 T2 = 4.302652729911275  # t(0.975, 2)
 T1 = 12.706204736174707  # t(0.975, 1)
@@ -129,13 +129,15 @@ def test_one_replicate_has_no_interval_but_keeps_its_own_label():
 def test_an_equivalence_that_touches_the_margin_and_holm_with_one_hypothesis():
     """[1, 2, 3] with margin hi = 2 + 4.3027/√3 = 4.4841: inside (inclusive), equivalent; TOST p = 2·0.025 = 0.05,
     the one defined hypothesis, so Holm's bound is 0.05/1 and the label holds: p ≤ 0.05 exactly, not
-    0.05000000000000004 (floating point puts hi a hair outside; `statistics.MARGIN_TOLERANCE`), and holm "yes"."""
-    hi = 2 + T2 / math.sqrt(3)
+    0.05000000000000004 (floating point puts the interval's own hi a hair outside; `statistics.MARGIN_TOLERANCE`),
+    and holm "yes"."""
+    hi = mean_interval([1.0, 2.0, 3.0])[2]  # = 2 + T2/√3, as the aggregate computes it
     frames = {k: pd.DataFrame([{"schedule": "silo_fit", "versus": "oracle", "advantage": a, "ci_lo": math.nan,
                                 "ci_hi": math.nan, "n": 1, "verdict": "undefined", "margin": hi}])
               for k, a in enumerate([1.0, 2.0, 3.0])}
     verdict, _ = aggregate(frames, hi / 2)  # margin_per_cycle × 2 cycles
     row = verdict.iloc[0]
+    assert hi == pytest.approx(2 + T2 / math.sqrt(3))
     assert row.verdict == "equivalent" and row.p_value == pytest.approx(0.05) and row.p_value <= 0.05
     assert row.holm == "yes" and row.bonferroni == "yes"
     # just outside: inconclusive, and Holm has no say

@@ -246,7 +246,7 @@ def test_an_interval_touching_the_margin_gives_p_at_most_alpha_not_a_hair_above(
 
     d = [1.0, 2.0, 3.0]
     _, lo, hi = mean_interval(d)
-    assert MARGIN_TOLERANCE == 1e-12
-    assert p_value(d, "equivalent", hi) <= ALPHA and holm([p_value(d, "equivalent", hi)]) == [True]
+    assert MARGIN_TOLERANCE == 1e-12 and ALPHA == 0.05
+    assert p_value(d, "equivalent", hi) <= 0.05 and holm([p_value(d, "equivalent", hi)]) == [True]
     assert label(lo, hi + 5e-13, hi) == "equivalent" and label(lo, hi + 1e-9, hi) == "inconclusive"
     assert p_value(d, "equivalent", hi - 1e-9) > ALPHA
