@@ -19,6 +19,7 @@ from analysis.report import Plot, Section, estimate_note, html_page, markdown_pa
 from analysis.select import label, silo_params
 from analysis.tables import VERDICT_MARKS, Table
 from analysis.verdict_sentences import ci_text, fmt_lr
+from oracle_search.statistics import REPLICATE_BUDGET
 from oracle_search.schema import read_results, results_frame
 from trainables.atomic import atomic_write_bytes
 from trainables.spec import ExperimentSpec, SpecError
@@ -119,34 +120,61 @@ def upstream(a: Replicate, b: Replicate, schedule: str) -> list[str]:
     return out
 
 
+def _disjoint(rows: pd.DataFrame) -> list[tuple[float, pd.Series, pd.Series]]:
+    """Every pair of rows (replicates of one comparison) whose 95 % intervals are disjoint, as (gap, higher, lower),
+    the gap being the distance between the two intervals; the largest gap first (ties: the larger difference of the
+    advantages, then the order of the replicates)."""
+    found = []
+    records = [r for _, r in rows.iterrows()]
+    for i, a in enumerate(records):
+        for b in records[i + 1:]:
+            high, low = (a, b) if a["advantage"] >= b["advantage"] else (b, a)
+            if low["ci_hi"] < high["ci_lo"]:
+                found.append((float(high["ci_lo"] - low["ci_hi"]), high, low))
+    return sorted(found, key=lambda f: (-f[0], -(f[1]["advantage"] - f[2]["advantage"])))
+
+
 def disagreements(reps: list[Replicate], per: pd.DataFrame) -> list[str]:
     """One sentence per comparison whose replicates disagree beyond their own intervals (two replicates whose 95 %
-    intervals are disjoint), naming the upstream choices that differed between the two furthest apart."""
+    intervals are disjoint): every pair is looked at, the pair with the largest gap between its intervals is named
+    with the upstream choices that differed between its two replicates, and the other disjoint pairs are
+    counted."""
     by_name = {r.name: r for r in reps}
     lines = []
     for (schedule, versus), rows in per.groupby(["schedule", "versus"], sort=False):
         rows = rows.dropna(subset=["ci_lo", "ci_hi"])
-        if len(rows) < 2:
+        pairs = _disjoint(rows)
+        if not pairs:
             continue
-        low, high = rows.loc[rows["advantage"].idxmin()], rows.loc[rows["advantage"].idxmax()]
-        if not low["ci_hi"] < high["ci_lo"]:
-            continue
+        _, high, low = pairs[0]
         a, b = by_name[high["replicate"]], by_name[low["replicate"]]
         differed = upstream(a, b, schedule)
         why = ("; the upstream choices that differed: " + "; ".join(differed) if differed else
                "; no upstream choice differed: the finals' noise is larger than their intervals say")
+        others = len(pairs) - 1
+        more = (f" ({others} other pair{'s' * (others > 1)} of replicates disjoint too)" if others else "")
         lines.append(f"{label(schedule)} {VERSUS_NAMES[versus]}: {a.name} and {b.name} disagree beyond their own "
                      f"intervals ({high['advantage']:+.2f} {ci_text(high['ci_lo'], high['ci_hi'])} vs "
-                     f"{low['advantage']:+.2f} {ci_text(low['ci_lo'], low['ci_hi'])}){why}.")
+                     f"{low['advantage']:+.2f} {ci_text(low['ci_lo'], low['ci_hi'])}){more}{why}.")
     return lines
 
 
 # --- tables ---------------------------------------------------------------------------------------------------
 
 def _cell(verdict: str, advantage: float, lo: float, hi: float) -> str:
+    """The label, the advantage and its interval; an equivalence whose interval also excludes 0 says so (both
+    hold, and the label shows only one)."""
     if verdict == "undefined":
         return VERDICT_MARKS["undefined"] + ("" if pd.isna(advantage) else f" {advantage:+.2f}")
-    return f"{VERDICT_MARKS[verdict]} {advantage:+.2f} {ci_text(lo, hi)}"
+    also = (", also above 0" if lo > 0 else ", also below 0" if hi < 0 else "") if verdict == "equivalent" else ""
+    return f"{VERDICT_MARKS[verdict]} {advantage:+.2f} {ci_text(lo, hi)}{also}"
+
+
+def _count(replicates: int, n: int) -> str:
+    """A row's own count and degrees of freedom where a replicate could not define it."""
+    if replicates >= n:
+        return ""
+    return f" ({replicates} of {n} replicates, " + (f"{replicates - 1} df)" if replicates >= 2 else "no interval)")
 
 
 def answer_table(verdict: pd.DataFrame, n: int) -> Table:
@@ -156,7 +184,7 @@ def answer_table(verdict: pd.DataFrame, n: int) -> Table:
     for schedule, group in verdict.groupby("schedule", sort=False):
         row = {"SILO": label(schedule)}
         for _, c in group.iterrows():
-            cell = _cell(c["verdict"], c["advantage"], c["ci_lo"], c["ci_hi"])
+            cell = _cell(c["verdict"], c["advantage"], c["ci_lo"], c["ci_hi"]) + _count(int(c["replicates"]), n)
             if not pd.isna(c["holm"]) and c["holm"] == "no":
                 cell += " (not under Holm)"
             row[VERSUS_NAMES.get(c["versus"], c["versus"])] = cell
@@ -165,8 +193,12 @@ def answer_table(verdict: pd.DataFrame, n: int) -> Table:
     line = (f"Over n = {n} replicates of the whole study (each its own Oracle chain, δ, silo_fit study, baseline "
             "tuning and finals, on seeds of its own): the mean of the replicates' advantages in points (validation "
             "accuracy on each replicate's Oracle chain summed over cycles 1–L; LR warmup: test accuracy of the "
-            f"final chains) and its 95 % t interval on n − 1 = {n - 1} df. = equivalent: the interval lies inside "
-            f"the margin ({margins}: 0.5 points per compared cycle); ▲ better / ▼ worse: it excludes 0; "
+            f"final chains) and its 95 % t interval on n − 1 = {n - 1} df"
+            + ("" if (verdict["replicates"] >= n).all() else
+               " (a comparison some replicate left undefined is over the others: its count and df are in its cell)")
+            + f". = equivalent: the interval lies inside the margin ({margins}: 0.5 points per compared cycle; the "
+            "95 % interval, stricter than the usual equivalence test at 0.05, which uses the 90 % one); "
+            "▲ better / ▼ worse: it excludes 0; "
             "? inconclusive: neither. \"not under Holm\": the label does not survive Holm's correction across the "
             f"table's {len(verdict)} comparisons.")
     if n < 2:
@@ -187,7 +219,8 @@ def replicates_table(per: pd.DataFrame, names: list[str]) -> Table:
         rows.append(row)
     return Table("replicates", "Each replicate's labels (over its own seeds)", pd.DataFrame(rows), per,
                  "Each replicate's interval is over its own tuning (or evaluation) seeds and holds its choices fixed: "
-                 "where two replicates' intervals are disjoint, the choices, not the seeds, decided the label.")
+                 "where two replicates' intervals are disjoint, that suggests the choices, not the seeds, decided the "
+                 "label.")
 
 
 def choices_table(reps: list[Replicate]) -> Table:
@@ -215,23 +248,74 @@ SCIENCE = ("What a replicate is: one whole study (the Oracle's chain, silo_paper
            "and this grid. What it does not cover: other models, data, grids or pruning rates, and the grid's own "
            "resolution (b can only be a value that was tried). The margin is 0.5 points per compared cycle, the "
            "paper's interval tolerance (§5.3: a max_lr within 0.5 points of the best is as good), summed over the "
-           "cycles like the advantage; `equivalent` means the whole interval lies within it. Holm's correction is "
-           "across the table's comparisons; the hypothesis each row is tested for follows its label.")
+           "cycles like the advantage; `equivalent` means the whole interval lies within it.")
+
+
+def multiplicity(verdict: pd.DataFrame) -> str:
+    """The one sentence on Holm: each row's hypothesis was chosen by its own label, which Holm's theorem does not
+    cover, and what Bonferroni, which does (`analysis.replicates`), keeps."""
+    held = verdict[verdict["holm"].notna()]
+    m = int(verdict["p_value"].notna().sum())
+    if held.empty:
+        return ""
+    differ = held[held["holm"] != held["bonferroni"]]
+    where = ("keeps the same labels" if differ.empty else "differs on " + "; ".join(
+        f"{label(r['schedule'])} {VERSUS_NAMES.get(r['versus'], r['versus'])} (Holm {r['holm']}, Bonferroni "
+        f"{r['bonferroni']})" for _, r in differ.iterrows()))
+    return (f"Holm's correction is across the table's {m} comparisons with a p-value, and each row's hypothesis (a "
+            "difference for better or worse, equivalence for equivalent) was chosen by its own label, which Holm's "
+            "theorem, made for hypotheses fixed in advance, does not cover; Bonferroni at 0.05/"
+            f"{m} per row, which holds however each row's hypothesis was chosen, {where}.")
+
+
+def _comparison(r: pd.Series) -> str:
+    return f"{label(r['schedule'])} {VERSUS_NAMES.get(r['versus'], r['versus'])}"
+
+
+def _plan_text(hypothesis: str, n: object, power: float) -> str:
+    what = "equivalence" if hypothesis == "equivalence" else "a difference"
+    if pd.isna(n):
+        return f"{what}: not decidable at this budget (power {power:.2f} with {REPLICATE_BUDGET})"
+    return f"{what} {int(n)} (power {power:.2f})"
 
 
 def needed_line(verdict: pd.DataFrame) -> str:
-    need = verdict.dropna(subset=["replicates_needed"])
-    open_rows = verdict[verdict["verdict"].isin(("inconclusive", "equivalent"))]
+    """What the comparisons labelled equivalent or inconclusive would need (`statistics.plans`, as
+    `analysis.replicates` put them in the verdict frame): for an equivalent one, the replicates to show
+    equivalence again if the true difference were 0; for an inconclusive one, the plan of the hypothesis its data
+    point to, at its observed mean; each with its power at the observed mean."""
     if verdict["replicates"].max() < 2:
         return "Replicates needed: not computable from one replicate (the spread between whole studies is unknown)."
-    parts = [f"{label(r['schedule'])} {VERSUS_NAMES.get(r['versus'], r['versus'])}: {int(r['replicates_needed'])}"
-             for _, r in need.iterrows() if r["verdict"] in ("inconclusive", "equivalent")]
-    line = ("Replicates needed, planned on an 80 % upper bound of the sd over replicates: to show equivalence "
-            "within the margin with 80 % power if the true difference were 0 — " + ("; ".join(parts) if parts else
-                                                                                  "no inconclusive comparison"))
-    if len(open_rows) > len(parts):
-        line += f" ({len(open_rows) - len(parts)} comparison(s): more than 1000, or no spread to plan on)"
-    return line + ". For a comparison labelled better or worse, tables/verdict.csv's replicates_needed is how many " \
+    equivalent = verdict[verdict["verdict"] == "equivalent"]
+    open_rows = verdict[verdict["verdict"] == "inconclusive"]
+    again = [f"{_comparison(r)}: " + (f"{int(r['plan_equivalence'])}" if not pd.isna(r["plan_equivalence"]) else
+                                      f"not decidable at this budget") + f" (power {r['power_equivalence']:.2f})"
+             for _, r in equivalent.iterrows() if not pd.isna(r["power_equivalence"])]
+    planned = []
+    for _, r in open_rows.iterrows():
+        hypotheses = [h for h in ("equivalence", "difference") if not pd.isna(r[f"power_{h}"])]
+        if not hypotheses:
+            continue
+        where = "outside" if abs(r["advantage"]) >= r["margin"] else "inside"
+        planned.append(f"{_comparison(r)}, {r['advantage']:+.2f} {where} the margin: " + " or ".join(
+            _plan_text(h, r[f"plan_{h}"], r[f"power_{h}"]) for h in hypotheses))
+    unplanned = len(equivalent) + len(open_rows) - len(again) - len(planned)
+    line = ("Replicates needed, each the smallest number whose 95 % interval would show the hypothesis with 80 % "
+            "power, planned on an 80 % upper bound of the sd over replicates (power: the chance it does if the true "
+            "difference were the observed mean, at that sd; a plan needing more than "
+            f"{REPLICATE_BUDGET} replicates is not decidable at this budget). ")
+    if again:
+        line += ("To show equivalence again if the true difference were 0 — " + "; ".join(again) + ". ")
+    if planned:
+        line += ("Inconclusive, planned for the hypothesis the data point to, each plan assuming the true "
+                 "difference is the observed mean: a difference where the mean lies outside the margin (there an "
+                 "equivalence plan cannot succeed); inside it, equivalence and a difference — "
+                 + "; ".join(planned) + ". ")
+    if not again and not planned:
+        line += "No comparison is equivalent or inconclusive. "
+    if unplanned:
+        line += f"{unplanned} comparison(s): no spread to plan on. "
+    return line + "For a comparison labelled better or worse, tables/verdict.csv's replicates_needed is how many " \
                   "would reproduce the label if the true effect were the observed one: optimistic, not a plan."
 
 
@@ -264,7 +348,7 @@ def write_replicates_report(out: Path, runs: list[Path], margin_per_cycle: float
                            + ". Rerun the same command to resume it; this report is then written again over all.")
     first.tables += [answer_table(verdict, n), replicates_table(per, names)]
     first.notes_after += disagreements(reps, per)
-    first.notes_after += [needed_line(verdict), SCIENCE]
+    first.notes_after += [needed_line(verdict), " ".join(filter(None, [SCIENCE, multiplicity(verdict)]))]
     choices = Section("The choices each replicate made", tables=[choices_table(reps)])
     cost = Section("Cost")
     rows = pd.concat([r.rows.assign(replicate=r.name) for r in reps], ignore_index=True)

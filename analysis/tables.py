@@ -16,7 +16,7 @@ from analysis.verdict_sentences import DASH, ci_text, end_to_end_line, fmt_lr, v
 from oracle_search.curve import refuse_duplicates
 from oracle_search.schema import SILO_METHODS
 from oracle_search.selection import TOLERANCE, Curve, choose, dense_best, lr_key
-from oracle_search.statistics import half_width, mean_interval, replicates_lower_bound
+from oracle_search.statistics import half_width, mean_interval, replicates_lower_estimate
 
 @dataclass(frozen=True)
 class Table:
@@ -472,17 +472,21 @@ def answer_table(r: Regret) -> Table | None:
 
 def replicates_sentence(data: pd.DataFrame) -> str:
     """How many replicates one run's table needs: not computable from one run (the spread between whole studies
-    is unknown), but bounded below by each comparison's seed-level spread (`statistics.replicates_lower_bound`)."""
-    bounds = [replicates_lower_bound(row["ci_lo"], row["ci_hi"], int(row["n"]), float(row["margin"]), row["verdict"])
+    is unknown), but roughly estimated from below by each comparison's seed-level spread
+    (`statistics.replicates_lower_estimate`: the sd between studies is at least the seed-level se on average, not
+    in every comparison)."""
+    bounds = [replicates_lower_estimate(row["ci_lo"], row["ci_hi"], int(row["n"]), float(row["margin"]),
+                                        row["verdict"])
               for _, row in data.iterrows()]
     known = [b for b in bounds if b is not None]
     if not known:
         return "How many replicates this table needs cannot be told from it."
     beyond = len(data) - len(known)
-    return (f"This table needs at least {max(known)} replicates of the whole study (the most any of its comparisons "
-            f"needs to show equivalence within the margin, or to reproduce its label, with 80 % power, from this "
-            f"run's seed-level spread alone: a lower bound, since the choices' noise only adds"
-            + (f"; {beyond} comparison(s) give no bound" if beyond else "") + ").")
+    return (f"This table needs roughly {max(known)} or more replicates of the whole study (the most any of its "
+            f"comparisons needs to show equivalence within the margin, or to reproduce its label, with 80 % power, "
+            f"from this run's seed-level spread alone: a rough lower estimate, since the choices' noise adds to it "
+            f"on average, though not in every comparison"
+            + (f"; {beyond} comparison(s) give no estimate" if beyond else "") + ").")
 
 
 def verdict_table(r: Regret) -> Table | None:

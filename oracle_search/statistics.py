@@ -14,10 +14,11 @@ undefined from the 95 % interval and a margin of `MARGIN_PER_CYCLE` points per c
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import stats
+from scipy import integrate, stats
 
 from oracle_search.options import MARGIN_PER_CYCLE  # noqa: F401 (the label rule's margin, imported from here)
 
@@ -77,7 +78,13 @@ def seeds_needed(d) -> int | None:
 # MARGIN_PER_CYCLE (0.5 points per compared cycle, the paper's interval tolerance) is `compare --margin`'s default:
 # a comparison sums it like the advantage, so its margin is MARGIN_PER_CYCLE × L over cycles 1..L.
 EQUIVALENCE_POWER = 0.90  # one-sided quantile of `replicates_needed`'s equivalence branch (80 % power of TOST at 0)
-ALPHA = 1 - TWO_SIDED  # 0.05: the level of the p-values and of `holm`
+# 0.05: the level of the p-values and of `holm`. Rounded: 1 − 0.95 is 0.050000000000000044 in floating point, which
+# let p = 0.05000000000000004 pass a test at "0.05" by accident.
+ALPHA = round(1 - TWO_SIDED, 12)
+# An interval within this many points of ±margin touches it: the bounds come out of sd·t/√n in floating point, so
+# an interval built to touch the margin may land 1e-16 outside, and its TOST p at 0.05000000000000004 (issue 52).
+MARGIN_TOLERANCE = 1e-12
+REPLICATE_BUDGET = 50  # `plans`: a plan needing more replicates of the whole study is "not decidable at this budget"
 
 
 def _nan(x) -> bool:
@@ -91,7 +98,7 @@ def _nan(x) -> bool:
 def label(lo, hi, margin) -> str:
     """The verdict of a comparison from its two-sided 95 % interval [lo, hi] of the advantage and its margin:
     - "equivalent" when −margin ≤ lo and hi ≤ margin: the interval lies inside ±margin, bounds inclusive (an
-      interval that touches ±margin is inside). Checked first, so it wins over "better"/"worse" when both hold
+      interval that touches ±margin is inside, up to `MARGIN_TOLERANCE`). Checked first, so it wins over "better"/"worse" when both hold
       (a difference shown but smaller than the margin is reported as equivalent);
     - else "better" when lo > 0, "worse" when hi < 0 (strict: an interval that touches 0 shows no difference);
     - else "inconclusive";
@@ -99,7 +106,7 @@ def label(lo, hi, margin) -> str:
       replicates (per-replicate advantages)."""
     if _nan(lo) or _nan(hi):
         return "undefined"
-    if -margin <= lo and hi <= margin:
+    if -margin - MARGIN_TOLERANCE <= lo and hi <= margin + MARGIN_TOLERANCE:
         return "equivalent"
     if lo > 0:
         return "better"
@@ -141,6 +148,8 @@ def p_value(values, verdict: str, margin: float) -> float:
       (p_lower = P(T ≥ (mean + margin)/se)) and mean ≥ +margin (p_upper = P(T ≤ (mean − margin)/se)). Doubling
       makes each one-sided test a 2.5 % test, so p ≤ 0.05 exactly when the 95 % two-sided interval lies inside
       ±margin (the label's rule; at lo = −margin or hi = margin exactly, p = 0.05), not the usual 90 % TOST.
+      Where the label holds (its interval inside ±margin up to `MARGIN_TOLERANCE`) p is at most 0.05, so rounding
+      in the last bit cannot turn an interval that touches the margin into p = 0.05000000000000004.
     NaN for "undefined" or fewer than two values. With zero spread (`zero_spread`: sd 0) the test degenerates:
     0 when the label holds (equivalent: |mean| ≤ margin; otherwise mean ≠ 0), else 1."""
     d = np.asarray(values, dtype=float)
@@ -154,7 +163,9 @@ def p_value(values, verdict: str, margin: float) -> float:
     if verdict == "equivalent":
         p_lower = float(stats.t.sf((mean + margin) / se, n - 1))
         p_upper = float(stats.t.cdf((mean - margin) / se, n - 1))
-        return min(1.0, 2 * max(p_lower, p_upper))
+        p = min(1.0, 2 * max(p_lower, p_upper))
+        _, lo, hi = mean_interval(d)
+        return min(p, ALPHA) if label(lo, hi, margin) == "equivalent" else p
     return float(2 * stats.t.sf(abs(mean) / se, n - 1))
 
 
@@ -193,11 +204,91 @@ def replicates_needed_at(sd: float, mean: float, margin: float, verdict: str) ->
     return int(n[np.argmax(ok)]) if ok.any() else None
 
 
-def replicates_lower_bound(ci_lo: float, ci_hi: float, n: int, margin: float, verdict: str) -> int | None:
-    """From one run's comparison (its 95 % interval over n seeds), a lower bound on the replicates it needs: a
-    replicate's advantage varies at least as much as the mean over its n seeds' final trainings, so the sd between
-    whole studies is ≥ se = half-width / t(0.975, n − 1) (the choices before them, dense choice, δ, b, only add),
-    and `replicates_needed_at`(se) is at most what the comparison needs. None where the interval is undefined."""
+def power(hypothesis: str, n: int, mean: float, sd: float, margin: float) -> float:
+    """The chance that n replicates show `hypothesis` with the label's 95 % two-sided interval (t on n − 1 df) if
+    the true difference were `mean` and the sd between replicates `sd` (normal replicates), exactly:
+    - "difference": the interval excludes 0 (the two-sided t-test at 0.05): a noncentral t, noncentrality
+      mean·√n/sd;
+    - "equivalence": the interval lies inside ±margin: P(x̄ − c·s ≥ −margin and x̄ + c·s ≤ margin), c = t(0.975,
+      n − 1)/√n, x̄ ~ N(mean, sd²/n) independent of (n − 1)s²/sd² ~ χ²(n − 1), integrated over s.
+    NaN for n < 2 or no positive sd."""
+    if n < 2 or not sd > 0:
+        return math.nan
+    df = n - 1
+    t = float(stats.t.ppf(1 - (1 - TWO_SIDED) / 2, df))
+    if hypothesis == "difference":
+        ncp = mean * math.sqrt(n) / sd
+        return float(stats.nct.sf(t, df, ncp) + stats.nct.cdf(-t, df, ncp))
+    if hypothesis != "equivalence":
+        raise ValueError(f"unknown hypothesis {hypothesis!r}")
+    c, se = t / math.sqrt(n), sd / math.sqrt(n)
+    top = df * (margin / (c * sd)) ** 2  # the largest χ² at which the interval can still fit inside ±margin
+
+    def inside(u: float) -> float:
+        half = c * sd * math.sqrt(u / df)
+        return (stats.norm.cdf((margin - half - mean) / se) - stats.norm.cdf((-margin + half - mean) / se)) \
+            * stats.chi2.pdf(u, df)
+    return float(min(1.0, max(0.0, integrate.quad(inside, 0, top, limit=200)[0])))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many replicates of the whole study would show `hypothesis` ("difference" or "equivalence") with 80 %
+    power if the true difference were `at` and the sd `sd` (the planning sd, `sd_upper`); `replicates` None: more
+    than `budget`, not decidable at this budget. `power`: the chance at the observed mean (`observed`) with
+    `replicates` (or with `budget` when not decidable), at the same sd."""
+
+    hypothesis: str
+    replicates: int | None
+    power: float
+    at: float
+    observed: float
+    sd: float
+    budget: int
+
+
+def plan_at(hypothesis: str, at: float, observed: float, sd: float, margin: float,
+            budget: int = REPLICATE_BUDGET) -> Plan:
+    """The smallest n in 2..`budget` whose `power` for `hypothesis` at the true difference `at` is ≥ `POWER`
+    (exact, not the t + t approximation of `replicates_needed_at`), with the power at `observed` beside it."""
+    found = next((n for n in range(2, budget + 1) if power(hypothesis, n, at, sd, margin) >= POWER), None)
+    return Plan(hypothesis, found, power(hypothesis, found or budget, observed, sd, margin), at, observed, sd,
+                budget)
+
+
+def plans(values, margin: float, verdict: str, budget: int = REPLICATE_BUDGET) -> list[Plan]:
+    """The plans for a comparison over replicates, on sd' = `sd_upper`(sample sd, R):
+    - "inconclusive" with |mean| ≥ margin: the data point to a difference; an equivalence test cannot succeed if
+      the true difference is the observed one. One plan: a difference at the observed mean;
+    - "inconclusive" with |mean| < margin (its interval then holds 0, as every inconclusive one does): both plans
+      at the observed mean, equivalence first; where the mean is near 0 the difference plan is not decidable at the
+      budget, where it is near the margin the equivalence plan is not;
+    - "equivalent": the plan `replicates_needed` reads (to show equivalence again if the true difference were 0,
+      its number unchanged), with the power at the observed mean beside it;
+    - none for "better", "worse" (`replicates_needed` reads how far those labels are from the edge) and
+      "undefined", nor with fewer than two values or no spread."""
+    d = np.asarray(values, dtype=float)
+    if verdict not in ("inconclusive", "equivalent") or len(d) < 2 or zero_spread(d):
+        return []
+    sd = sd_upper(float(np.std(d, ddof=1)), len(d))
+    mean = float(np.mean(d))
+    if verdict == "equivalent":
+        n = replicates_needed_at(sd, mean, margin, verdict)
+        n = n if n is not None and n <= budget else None
+        return [Plan("equivalence", n, power("equivalence", n or budget, mean, sd, margin), 0.0, mean, sd, budget)]
+    if abs(mean) >= margin:
+        return [plan_at("difference", mean, mean, sd, margin, budget)]
+    return [plan_at("equivalence", mean, mean, sd, margin, budget), plan_at("difference", mean, mean, sd, margin,
+                                                                               budget)]
+
+
+def replicates_lower_estimate(ci_lo: float, ci_hi: float, n: int, margin: float, verdict: str) -> int | None:
+    """From one run's comparison (its 95 % interval over n seeds), a rough lower estimate of the replicates it
+    needs: `replicates_needed_at` at the seed-level standard error se = half-width / t(0.975, n − 1). The sd
+    between whole studies includes the noise of the finals' seeds and adds the choices before them (dense choice,
+    δ, b), so on average it is at least se; but only on average, not in every comparison: a sample sd over a few
+    replicates can be smaller (SILO (paper) vs the best constant, base seed 0: 0.084 between 3 replicates, each
+    replicate's own se 0.42–0.46). So an estimate, not a bound. None where the interval is undefined."""
     if _nan(ci_lo) or _nan(ci_hi) or n < 2:
         return None
     se = (ci_hi - ci_lo) / 2 / half_width(1.0, 1, TWO_SIDED, "two", dof=n - 1)  # half-width / t

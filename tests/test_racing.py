@@ -115,17 +115,35 @@ def test_the_mutation_without_a_margin_fails_the_simulation(monkeypatch):
     assert mutated["drop_rate"] > racing.ALPHA, mutated
 
 
-@pytest.mark.slow  # thousands of simulated races: seconds, not the fast lane's milliseconds
-def test_the_mutation_without_the_correction_across_looks_and_candidates_is_measured():
-    """α' = α instead of α / ((K − 1)·S) (K = 2 and one look: `per_test` is then α itself): the per-value error
-    is what one uncorrected test per look gives. Measured, not asserted against α: on these curves it may or may
-    not exceed it; the corrected rule is the one shipped."""
-    def uncorrected(race):
-        race.settings = Settings(SEEDS, 2, alpha=racing.ALPHA * len(SEEDS))  # per_test = α·S / (1·S) = α
-        assert race.settings.per_test == pytest.approx(racing.ALPHA)
+def test_a_gap_between_the_two_thresholds_is_dropped_under_alpha_and_kept_under_alpha_prime():
+    """One look after one seed, prior pool sd 0.5 on 10 df (ν = 10): 0.2 is 1.8 points behind the leader 0.4.
+    Shipped, α' = 0.05 / ((4 − 1)·3) = 0.005556: margin t(1 − α', 10)·0.5 = 1.554, and 1.8 − 1.554 = 0.246 ≤ 0.5:
+    kept. Uncorrected, α' = α = 0.05: margin t(0.95, 10)·0.5 = 0.906, and 1.8 − 0.906 = 0.894 > 0.5: dropped. So the
+    correction across looks and candidates decides this race (its gap lies between the two thresholds)."""
+    table = rows({0.2: [80.2], 0.4: [82.0]})
 
-    rate = simulate(400, seed=7, mutate=uncorrected)["drop_rate"]
-    assert rate >= simulate(400, seed=7)["drop_rate"]  # fewer corrections never drop less
+    def race_with(settings: Settings) -> Race:
+        race = Race(settings, Pool(0.25 * 10, 10))
+        race.add([0.2, 0.4])
+        race.record(table)
+        return race
+
+    shipped = Settings(SEEDS, most_candidates=4)
+    assert shipped.per_test == pytest.approx(0.05 / 9)
+    assert not race_with(shipped).dropped
+    uncorrected = Settings(SEEDS, 2, alpha=racing.ALPHA * len(SEEDS))  # per_test = α·S / (1·S) = α
+    assert uncorrected.per_test == pytest.approx(racing.ALPHA)
+    assert 0.2 in race_with(uncorrected).dropped
+
+
+def test_per_test_is_alpha_over_the_other_candidates_times_the_looks():
+    """α' = α / ((K − 1)·S), K at least 2: 12 candidates on 3 seeds 0.05/33; on 2 seeds 0.05/22; one candidate
+    counts as two (no fewer than one other); α given."""
+    assert Settings((0, 1, 2), most_candidates=12).per_test == pytest.approx(0.05 / 33)
+    assert Settings((0, 1), most_candidates=12).per_test == pytest.approx(0.05 / 22)
+    assert Settings((0, 1, 2), most_candidates=1).per_test == Settings((0, 1, 2), most_candidates=2).per_test \
+        == pytest.approx(0.05 / 3)
+    assert Settings((0, 1, 2, 3, 4), most_candidates=9, alpha=0.1).per_test == pytest.approx(0.1 / 40)
 
 
 @pytest.mark.slow  # thousands of simulated races: seconds, not the fast lane's milliseconds
@@ -578,3 +596,149 @@ def test_on_a_local_ray_with_4_slots_no_slot_idles_while_a_training_could_start(
             assert all(len(race.seeds_of(v)) == 4 for v in race.alive)  # the race ran to its end
     assert results["streaming"].waits > 5 and results["streaming"].idle == []
     assert results["batch"].idle, "the control never left a slot free: the check cannot fail"
+
+
+# --- the size of one look, and the family rate on a plateau just inside the tolerance (issue 52) -------------------
+
+# One cycle's 12 candidates, ascending max_lr, and how far each lies truly below the best: the second is the tested
+# value, exactly at the tolerance (a drop of it is an error at any size), the others spread behind.
+LOOK_VALUES = [lr_key(0.01 * 1.5 ** i) for i in range(12)]
+LOOK_GAPS = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 22.0])
+LOOK_SIGMA = 0.3  # a training's noise: a paired difference's sd 0.42, as near b on the default (0.2–0.5)
+LOOK_SETTINGS = Settings(SEEDS, most_candidates=12)  # α' = 0.05 / 33
+
+
+def look_draws(draws: int, seed: int, k: int, prior: bool, noisy: float = 1.0, gap: float = TOL):
+    """Accuracies (draws × 12 × k) of every candidate on its first k seeds, the tested value `gap` behind the best
+    and `noisy` times as noisy per training as the others; and per draw a prior pool's ss on 10 df, drawn as the
+    pool of an independent earlier cycle of even noise would be (None: cycle 0, no prior)."""
+    rng = np.random.default_rng(seed)
+    gaps = LOOK_GAPS.copy()
+    gaps[1] = gap
+    sds = np.full(12, LOOK_SIGMA)
+    sds[1] *= noisy
+    acc = 82.0 - gaps[None, :, None] + rng.normal(0, 1, (draws, 12, k)) * sds[None, :, None]
+    prior_ss = 2 * LOOK_SIGMA ** 2 * rng.chisquare(10, draws) if prior else None
+    return acc, prior_ss
+
+
+def look_real(acc: np.ndarray, prior_ss, settings: Settings = LOOK_SETTINGS) -> np.ndarray:
+    """Per draw, whether the racing rule (`Race`, as shipped) drops the tested value at the look on every
+    candidate's first k seeds."""
+    out = []
+    for i in range(len(acc)):
+        race = Race(settings, Pool(float(prior_ss[i]), 10) if prior_ss is not None else Pool())
+        race.add(LOOK_VALUES)
+        race.record({(v, s): {"val_acc": acc[i, j, s], "diverged": False} for j, v in enumerate(LOOK_VALUES)
+                     for s in range(acc.shape[2])})
+        out.append(LOOK_VALUES[1] in race.dropped)
+    return np.array(out)
+
+
+def look_fast(acc: np.ndarray, prior_ss, per_test: float = LOOK_SETTINGS.per_test) -> np.ndarray:
+    """The same decision, vectorised over draws, written from racing.py's docstring (the leader the best mean; the
+    pool the residuals of every other candidate's paired differences plus the prior; the tested value's variance
+    shrunk toward the pool with ν₀ = min(pool df, 10)): for the benchmark's millions of draws. Checked against
+    `look_real` draw by draw."""
+    from scipy import stats
+
+    draws, _, k = acc.shape
+    lead = acc.mean(axis=2).argmax(axis=1)  # no ties in continuous draws; ties would go to the smaller value
+    d = acc[np.arange(draws), lead][:, None, :] - acc
+    resid = ((d - d.mean(axis=2, keepdims=True)) ** 2).sum(axis=2)  # the leader's own row is 0
+    here_ss, here_df = (resid.sum(axis=1), 11.0 * (k - 1)) if k >= 2 else (np.zeros(draws), 0.0)
+    pool_ss = here_ss + (prior_ss if prior_ss is not None else 0.0)
+    pool_df = here_df + (10.0 if prior_ss is not None else 0.0)
+    if pool_df < racing.MIN_POOL_DF:
+        return np.zeros(draws, dtype=bool)
+    nu0 = min(pool_df, racing.PRIOR_WEIGHT)
+    df = nu0 + k - 1
+    sd = np.sqrt((nu0 * pool_ss / pool_df + resid[:, 1]) / df)
+    margin = stats.t.ppf(1 - per_test, df) * sd / math.sqrt(k)
+    return (lead != 1) & (pool_ss > 0) & (d[:, 1, :].mean(axis=1) - margin > TOL)
+
+
+LOOK_CASES = {  # (seeds at the look, prior, the tested value's noise × the others'), as the issue names them
+    "even noise, prior, 1 seed": (1, True, 1.0), "even noise, prior, 2 seeds": (2, True, 1.0),
+    "even noise, prior, 3 seeds": (3, True, 1.0), "cycle 0, 2 seeds": (2, False, 1.0),
+    "cycle 0, 3 seeds": (3, False, 1.0), "2x noisier, prior, 1 seed": (1, True, 2.0),
+    "2x noisier, prior, 2 seeds": (2, True, 2.0), "2x noisier, prior, 3 seeds": (3, True, 2.0),
+    "3x noisier, prior, 1 seed": (1, True, 3.0), "3x noisier, prior, 2 seeds": (2, True, 3.0),
+    "3x noisier, prior, 3 seeds": (3, True, 3.0), "3x noisier, cycle 0, 2 seeds": (2, False, 3.0)}
+
+
+@pytest.mark.slow  # 2,400 real looks: about 15 s
+@pytest.mark.parametrize("case", ["even noise, prior, 1 seed", "cycle 0, 2 seeds", "3x noisier, prior, 2 seeds",
+                                  "3x noisier, cycle 0, 2 seeds"])
+def test_the_vectorised_look_is_the_racing_rule_draw_by_draw(case):
+    """The benchmark measures each look's size on millions of draws with `look_fast`; here it makes the same
+    decision as the shipped `Race` on 600 draws of each case, with the tested value 1.5 points behind so that both
+    decisions occur."""
+    k, prior, noisy = LOOK_CASES[case]
+    acc, prior_ss = look_draws(600, 11, k, prior, noisy, gap=1.5)
+    real = look_real(acc, prior_ss)
+    assert 0 < real.sum() < len(real), real.sum()
+    assert np.array_equal(real, look_fast(acc, prior_ss))
+
+
+# What racing.py's docstring states for one look of the shipped rule, measured (benchmarks/racing_error.py looks,
+# 400,000 draws a case): its size over α' is at most 1.2 with even noise and a prior (0.77–0.97), 3.6 at cycle 0 on 2
+# seeds (3.13).
+STATED_SIZE = {"cycle 0, 2 seeds": 3.6, "even noise, prior, 2 seeds": 1.2}
+
+
+@pytest.mark.slow  # 3,000 real looks per rule: about 20 s each
+def test_a_look_is_no_larger_than_stated_and_a_rule_with_larger_looks_fails():
+    """The real rule at cycle 0 on 2 seeds (no prior: the pool is the other 11 candidates' residuals, all sharing
+    the leader's noise): over 3,000 looks the drops of the value exactly at the tolerance stay within the stated
+    size (3.6 α'; measured 3.13, 95 % [3.00, 3.28] on 400,000) plus 3 binomial standard errors. The control: the
+    same rule at 4 α' per look (α = 0.2: looks larger than stated) exceeds it on the same draws."""
+    acc, prior_ss = look_draws(3000, 5, 2, False)
+    bound = STATED_SIZE["cycle 0, 2 seeds"] * LOOK_SETTINGS.per_test
+    slack = 3 * math.sqrt(bound * (1 - bound) / len(acc))
+    shipped = look_real(acc, prior_ss).mean()
+    assert shipped <= bound + slack, (shipped / LOOK_SETTINGS.per_test, bound + slack)
+    larger = Settings(SEEDS, most_candidates=12, alpha=4 * racing.ALPHA)  # every look 4× α' in size, or more
+    assert look_real(acc, prior_ss, larger).mean() > bound + slack
+
+
+def simulate_plateau(n_races: int, seed: int, seeds: tuple[int, ...], noisy: float = 1.0,
+                     below: float = 0.45) -> dict[str, float]:
+    """The issue's synthetic tables: races of 12 candidates, the best, a plateau of four values truly `below` the
+    best (inside the tolerance: dropping any is an error), seven far behind; even noise (a training's sd 0.3) or one
+    plateau value `noisy` times noisier; each race in shuffled order, run by the shipped rule (`run_race`), its pool
+    carried to the next race as a chain's cycles carry it (`racing.carry`). Returns the share of races in which a
+    plateau value was dropped, per race and per value, and the races."""
+    rng = np.random.default_rng(seed)
+    gaps = np.array([0.0, below, below, below, below, 1.5, 2.5, 4.0, 6.0, 9.0, 13.0, 18.0])
+    prior, races_hit, values_hit = Pool(), 0, 0
+    for _ in range(n_races):
+        order = rng.permutation(12)  # which max_lr holds which gap
+        sds = np.where(order == 1, LOOK_SIGMA * noisy, LOOK_SIGMA)
+        acc = 82.0 - gaps[order][:, None] + rng.normal(0, 1, (12, len(seeds))) * sds[:, None]
+        race = Race(Settings(seeds, most_candidates=12), prior)
+        race.add(LOOK_VALUES)
+        at = {v: i for i, v in enumerate(LOOK_VALUES)}
+        run_race(race, lambda pairs: {(v, s): {"val_acc": acc[at[v], seeds.index(s)], "diverged": False}
+                                      for v, s in pairs})
+        prior = racing.carry(prior, race)
+        hit = [v for v in race.dropped if gaps[order][at[v]] == below]
+        races_hit, values_hit = races_hit + bool(hit), values_hit + len(hit)
+    return {"race": races_hit / n_races, "value": values_hit / (4 * n_races), "races": n_races}
+
+
+@pytest.mark.slow  # 4 × 400 races: about 30 s
+@pytest.mark.parametrize("seeds, noisy, stated", [((0, 1), 1.0, racing.ALPHA), ((0, 1, 2), 1.0, racing.ALPHA),
+                                                  ((0, 1, 2), 3.0, racing.ALPHA), ((0, 1), 3.0, 0.10)])
+def test_on_a_plateau_just_inside_the_tolerance_the_family_rate_is_what_racing_states(seeds, noisy, stated):
+    """The done-when of issue 52: values truly 0.45 points below the best, even noise or one of them 3× noisier,
+    on 2 and 3 seeds (cycle 0 with 2 and 3 seeds: the first race has no prior). The share of races in which one
+    of them was dropped stays ≤ α plus 2 binomial standard errors (400 races) with even noise, and with the 3×
+    noisier value on 3 seeds (the default). It holds although a single look is larger than α' here
+    (`test_a_look_is_no_larger_than_stated_and_a_rule_with_larger_looks_fails`): the Bonferroni count's K − 1
+    covers every candidate that could lead, and mostly one does. Where it does not hold, as racing.py states: the
+    3× noisier value on 2 seeds, dropped in 5.9 % of 2,000 races (benchmarks/racing_error.py plateau; 8 % of these
+    400), held here to the 10 % racing.py states for it."""
+    found = simulate_plateau(400, 13, seeds, noisy)
+    slack = 2 * math.sqrt(stated * (1 - stated) / found["races"])
+    assert found["race"] <= stated + slack, found

@@ -127,3 +127,106 @@ def test_compare_options_refuse_a_bad_replicate_count_or_margin():
     with pytest.raises(SpecError, match="margin"):
         CompareOptions(margin=-0.1)
     assert CompareOptions().replicates == 3 and CompareOptions().margin == 0.5
+
+
+# --- what the report over replicates plans and says (issue 52) ------------------------------------------------------
+
+REPLICATED = ROOT / "benchmarks" / "results" / "replicates-2026-11-27"
+
+
+def _per(rows: list[tuple]) -> pd.DataFrame:
+    """A replicates frame from (replicate, schedule, versus, advantage, ci_lo, ci_hi) rows."""
+    from analysis.replicate_report import VERSUS_NAMES  # noqa: F401 (the names the sentences use)
+    from oracle_search.statistics import label
+
+    return pd.DataFrame([{"replicate": r, "schedule": s, "versus": v, "advantage": a, "ci_lo": lo, "ci_hi": hi,
+                          "n": 3, "verdict": label(lo, hi, 3.0)} for r, s, v, a, lo, hi in rows])
+
+
+def _replicate(name: str, dense: float):
+    from analysis.replicate_report import Replicate
+
+    return Replicate(name, Path(name), pd.DataFrame(), None, "", dense, {}, None, None)
+
+
+def test_every_disjoint_pair_is_found_and_the_largest_gap_named_with_the_others_counted():
+    """Base seed 0, SILO (fit) vs the best constant: replicate 1 −2.14 [−3.15, −1.14], replicate 2 −0.18
+    [−1.07, +0.71], replicate 3 −2.43 [−6.20, +1.33]. The lowest (3) and the highest (2) overlap, so a look at
+    those two alone found nothing; replicates 1 and 2 are disjoint (gap −1.07 − (−1.14) = 0.07). A second
+    comparison, [−1, 1], [4, 6] and [8, 12], has three disjoint pairs (gaps 3, 7 and 2): it names the widest,
+    replicate-3 and replicate-1, and counts the 2 others."""
+    from analysis.replicate_report import disagreements
+
+    reps = [_replicate("replicate-1", 0.32), _replicate("replicate-2", 0.2263), _replicate("replicate-3", 0.2263)]
+    per = _per([("replicate-1", "silo_fit", "constant_best", -2.14, -3.15, -1.14),
+                ("replicate-2", "silo_fit", "constant_best", -0.18, -1.07, 0.71),
+                ("replicate-3", "silo_fit", "constant_best", -2.43, -6.20, 1.33),
+                ("replicate-1", "silo_paper", "oracle", 0.0, -1.0, 1.0),
+                ("replicate-2", "silo_paper", "oracle", 5.0, 4.0, 6.0),
+                ("replicate-3", "silo_paper", "oracle", 10.0, 8.0, 12.0)])
+    fit, paper = disagreements(reps, per)
+    assert fit == ("SILO (fit) vs the best constant (optimistic): replicate-2 and replicate-1 disagree beyond their "
+                   "own intervals (-0.18 [-1.07, +0.71] vs -2.14 [-3.15, -1.14]); the upstream choices that differed: "
+                   "the dense choice (0.2263 vs 0.32).")
+    assert paper.startswith("SILO (paper) vs the Oracle: replicate-3 and replicate-1 disagree beyond their own "
+                            "intervals (+10.00 [+8.00, +12.00] vs +0.00 [-1.00, +1.00]) (2 other pairs of replicates "
+                            "disjoint too); the upstream choices that differed: the dense choice")
+
+
+def test_a_row_a_replicate_left_undefined_says_its_own_count_and_df():
+    """3 replicates; silo_fit vs warmup undefined in one: its cell says "2 of 3 replicates, 1 df", and the line
+    says the table's df is not every row's; silo_fit vs the best constant, defined in one: no interval."""
+    from analysis.replicate_report import answer_table
+    from analysis.replicates import aggregate
+    from test_replicates import replicate
+
+    verdict, _ = aggregate({k: replicate(k) for k in (0, 1, 2)}, 0.5)
+    table = answer_table(verdict, 3)
+    fit = table.cells.set_index("SILO").loc["SILO (fit)"]
+    assert fit["vs LR warmup, end to end"].endswith("(2 of 3 replicates, 1 df)")
+    assert fit["vs the best constant (optimistic)"] == "– undefined +1.50 (1 of 3 replicates, no interval)"
+    assert "(2 of 3" not in fit["vs the Oracle"]
+    assert "its count and df are in its cell" in table.verdict
+
+
+def test_an_equivalence_that_also_excludes_0_says_so_and_the_words_are_exact():
+    """Replicate 2 of base seed 0, SILO (paper) vs not adapting: +2.66 [+2.57, +2.75] lies inside ±3 and above 0;
+    both hold and the cell says both. The captions: "suggests" (disjoint intervals are evidence, not proof), the
+    equivalence test's 95 % interval, and Holm's sentence with Bonferroni's answer."""
+    from analysis.replicate_report import _cell, answer_table, multiplicity, replicates_table
+    from analysis.replicates import aggregate
+    from test_replicates import replicate
+
+    assert _cell("equivalent", 2.66, 2.57, 2.75) == "= equivalent +2.66 [+2.57, +2.75], also above 0"
+    assert _cell("equivalent", -0.58, -1.02, -0.14) == "= equivalent -0.58 [-1.02, -0.14], also below 0"
+    assert _cell("equivalent", 0.02, -1.24, 1.29) == "= equivalent +0.02 [-1.24, +1.29]"
+    assert _cell("better", 1.89, 0.56, 3.23) == "▲ better +1.89 [+0.56, +3.23]"
+    per = _per([("replicate-1", "silo_fit", "oracle", 0.0, -1.0, 1.0)])
+    assert "that suggests the choices, not the seeds, decided the label" in replicates_table(per, ["replicate-1"]).verdict
+    verdict, _ = aggregate({k: replicate(k) for k in (0, 1, 2)}, 0.5)
+    assert "the 95 % interval, stricter than the usual equivalence test at 0.05, which uses the 90 % one" in \
+        answer_table(verdict, 3).verdict
+    sentence = multiplicity(verdict)
+    assert "was chosen by its own label, which Holm's theorem, made for hypotheses fixed in advance, does not " \
+           "cover; Bonferroni at 0.05/4 per row" in sentence and sentence.endswith("keeps the same labels.")
+    flipped = verdict.assign(bonferroni=verdict["holm"].map({"yes": "no", "no": "no"}))
+    assert "differs on SILO (paper) vs not adapting (constant_dense) (Holm yes, Bonferroni no)" in multiplicity(flipped)
+
+
+def test_on_the_committed_base_seed_0_replicates_the_warmup_rows_are_planned_for_a_difference(tmp_path):
+    """The issue's check on benchmarks/results/replicates-2026-11-27/seed0-R3: both LR warmup rows (+3.84 and
+    +3.19, margin ±3) carry difference plans with their power (38 and 9 replicates, where the report used to plan
+    82 and 13 for equivalence at 0), and SILO (fit) vs the best constant, whose lowest and highest replicates
+    overlap, gets its sentence for replicates 2 and 1."""
+    runs = [REPLICATED / "seed0-R3" / f"replicate-{r}" for r in (1, 2, 3)]
+    out = tmp_path / "over"
+    assert cli(["report", *map(str, runs), "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert ("SILO (paper) vs LR warmup, end to end, +3.84 outside the margin: a difference 38 (power 0.80); "
+            "SILO (fit) vs LR warmup, end to end, +3.19 outside the margin: a difference 9 (power 0.80)") in report
+    assert ("SILO (fit) vs the best constant (optimistic): replicate-2 and replicate-1 disagree beyond their own "
+            "intervals (-0.18 [-1.07, +0.71] vs -2.14 [-3.15, -1.14])") in report
+    assert "= equivalent +2.66 [+2.57, +2.75], also above 0" in report
+    verdict = pd.read_csv(out / "tables" / "verdict.csv").set_index(["schedule", "versus"])
+    assert verdict.loc[("silo_paper", "warmup"), "plan_difference"] == 38
+    assert pd.isna(verdict.loc[("silo_paper", "warmup"), "plan_equivalence"])

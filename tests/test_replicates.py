@@ -11,7 +11,7 @@ from analysis.regret import analyse
 from analysis.replicates import AGGREGATE_COLUMNS, REPLICATES_COLUMNS, aggregate, comparisons
 from oracle_rows import oracle_rows
 from oracle_search.schema import results_frame
-from oracle_search.statistics import label
+from oracle_search.statistics import label, mean_interval
 
 T2 = 4.302652729911275  # t(0.975, 2)
 T1 = 12.706204736174707  # t(0.975, 1)
@@ -43,8 +43,10 @@ def test_the_verdict_over_replicates_by_hand():
     """Per comparison, over the replicates with a defined advantage:
     - silo_paper/oracle [1, 2, 3]: mean 2, sd 1, 2 ∓ 4.3027/√3 = [−0.484, 4.484]: holds 0, not inside ±1:
       inconclusive. p (t-test, 2 df, P(T > t) = (1 − t/√(t² + 2))/2): t = 2√3, p = 1 − 2√3/√14 = 0.07418.
-      Replicates to show equivalence: sd' = 2.11694, first n with (t(0.975) + t(0.90))/√n ≤ 1/2.11694 = 0.47238:
-      n = 49 gives 0.47287, n = 50 gives 0.46791: 50.
+      The mean 2 lies outside the margin 1, so the data point to a difference (planned at 0 for equivalence, it
+      would be 50 replicates, `tests/test_statistics.py`). sd' = 2.11694; the two-sided t-test's exact power at
+      mean 2 (noncentral t, ncp = 2·√n/sd'): n = 10: ncp 2.9876, t(0.975, 9) = 2.2622, power 0.75776; n = 11:
+      ncp 3.1334, t(0.975, 10) = 2.2281, power 0.80581 ≥ 0.80: 11.
     - silo_paper/constant_dense [−0.1, 0, 0.1]: mean 0, sd 0.1, ∓ 0.43027/√3 = [−0.248, 0.248] inside ±1:
       equivalent. TOST: (0 + 1)/(0.1/√3) = 10√3 = 17.3205, P(T > 17.3205) = (1 − 17.3205/√302)/2 = 0.0016584 on
       both sides, p = 2·0.0016584 = 0.0033168. Replicates: sd' = 0.211694, bound 4.72381; n = 2: 11.161; n = 3:
@@ -54,8 +56,8 @@ def test_the_verdict_over_replicates_by_hand():
       1.6625: 5.
     - silo_fit/warmup [—, 2, 4]: replicate 0 undefined (left out, counted): R = 2, mean 3, sd √2,
       3 ∓ 12.7062·√2/√2 = [−9.706, 15.706]: inconclusive. p with 1 df, P(T > t) = 1/2 − atan(t)/π: t = 3,
-      p = 1 − 2·atan(3)/π = 0.204833. Replicates: sd' = √2·3.94715 = 5.58212, bound 1/5.58212 = 0.179143;
-      n = 329: (1.96722 + 1.28414)/√329 = 0.179253, no; n = 330: (1.96720 + 1.28413)/√330 = 0.178980: 330.
+      p = 1 − 2·atan(3)/π = 0.204833. Mean 3 outside the margin 1: a difference, sd' = √2·3.94715 = 5.58212,
+      power at mean 3 first ≥ 0.80 at n = 30 (0.8119; planned at 0 for equivalence it was 330).
     - silo_fit/constant_best [1.5, —, —]: R = 1: no interval, undefined, no p, 2 undefined.
     Holm over the 4 defined p-values (0.0033, 0.0202, 0.0742, 0.2048): 0.0033 ≤ 0.05/4 = 0.0125 yes; 0.0202 ≤
     0.05/3 = 0.0167 no: stop. So equivalent holds under Holm ("yes"), better does not ("no"); inconclusive and
@@ -68,13 +70,13 @@ def test_the_verdict_over_replicates_by_hand():
     assert list(by.index) == list(ADVANTAGES)  # in the order they first appear
     assert by["margin"].eq(MARGIN).all()
     expect = {
-        ("silo_paper", "oracle"): (2, 2 - T2 / math.sqrt(3), 2 + T2 / math.sqrt(3), 3, "inconclusive", pd.NA, 50, 0,
+        ("silo_paper", "oracle"): (2, 2 - T2 / math.sqrt(3), 2 + T2 / math.sqrt(3), 3, "inconclusive", pd.NA, 11, 0,
                                    1.0, 1 - 2 * math.sqrt(3) / math.sqrt(14)),
         ("silo_paper", "constant_dense"): (0, -0.1 * T2 / math.sqrt(3), 0.1 * T2 / math.sqrt(3), 3, "equivalent",
                                            "yes", 3, 0, 0.1, 1 - 10 * math.sqrt(3) / math.sqrt(302)),
         ("silo_fit", "oracle"): (4, 4 - T2 / math.sqrt(3), 4 + T2 / math.sqrt(3), 3, "better", "no", 5, 0, 1.0,
                                  1 - 4 * math.sqrt(3) / math.sqrt(50)),
-        ("silo_fit", "warmup"): (3, 3 - T1, 3 + T1, 2, "inconclusive", pd.NA, 330, 1, math.sqrt(2),
+        ("silo_fit", "warmup"): (3, 3 - T1, 3 + T1, 2, "inconclusive", pd.NA, 30, 1, math.sqrt(2),
                                  1 - 2 * math.atan(3) / math.pi),
     }
     for key, (mean, lo, hi, r, word, held, need, undefined, sd, p) in expect.items():
@@ -86,6 +88,18 @@ def test_the_verdict_over_replicates_by_hand():
     assert (by.loc[("silo_paper", "oracle"), "ci_lo"], by.loc[("silo_paper", "oracle"), "ci_hi"]) == pytest.approx(
         (-0.484, 4.484), abs=1e-3)
     assert by.loc[("silo_paper", "constant_dense"), "p_value"] == pytest.approx(0.0033168, abs=1e-7)
+    # The plans: difference only where the mean lies outside the margin, with the power at the observed mean.
+    row = by.loc[("silo_paper", "oracle")]
+    assert pd.isna(row.plan_equivalence) and pd.isna(row.power_equivalence)
+    assert row.plan_difference == 11 and row.power_difference == pytest.approx(0.80581, abs=1e-5)
+    assert by.loc[("silo_fit", "warmup"), "plan_difference"] == 30
+    # An equivalent row keeps its plan at 0 (3, as before) and says its power at the observed mean (0, here).
+    row = by.loc[("silo_paper", "constant_dense")]
+    assert row.plan_equivalence == 3 and pd.isna(row.plan_difference) and 0.8 < row.power_equivalence < 1
+    # Bonferroni at 0.05/4 = 0.0125: the equivalence (0.0033) holds, the better (0.0202) does not, as under Holm.
+    assert pd.isna(by.loc[("silo_paper", "oracle"), "bonferroni"])  # inconclusive: nothing to keep
+    assert by.loc[("silo_paper", "constant_dense"), "bonferroni"] == "yes"
+    assert by.loc[("silo_fit", "oracle"), "bonferroni"] == "no"
     row = by.loc[("silo_fit", "constant_best")]
     assert (row.advantage, row.replicates, row.verdict, row.undefined) == (1.5, 1, "undefined", 2)
     assert pd.isna(row.ci_lo) and pd.isna(row.ci_hi) and pd.isna(row.holm) and pd.isna(row.p_value)
@@ -114,14 +128,18 @@ def test_one_replicate_has_no_interval_but_keeps_its_own_label():
 
 def test_an_equivalence_that_touches_the_margin_and_holm_with_one_hypothesis():
     """[1, 2, 3] with margin hi = 2 + 4.3027/√3 = 4.4841: inside (inclusive), equivalent; TOST p = 2·0.025 = 0.05,
-    the one defined hypothesis, so Holm's bound is 0.05/1 and the label holds (p ≤ bound, up to rounding)."""
-    hi = 2 + T2 / math.sqrt(3)
+    the one defined hypothesis, so Holm's bound is 0.05/1 and the label holds: p ≤ 0.05 exactly, not
+    0.05000000000000004 (floating point puts the interval's own hi a hair outside; `statistics.MARGIN_TOLERANCE`),
+    and holm "yes"."""
+    hi = mean_interval([1.0, 2.0, 3.0])[2]  # = 2 + T2/√3, as the aggregate computes it
     frames = {k: pd.DataFrame([{"schedule": "silo_fit", "versus": "oracle", "advantage": a, "ci_lo": math.nan,
                                 "ci_hi": math.nan, "n": 1, "verdict": "undefined", "margin": hi}])
               for k, a in enumerate([1.0, 2.0, 3.0])}
     verdict, _ = aggregate(frames, hi / 2)  # margin_per_cycle × 2 cycles
     row = verdict.iloc[0]
-    assert row.verdict == "equivalent" and row.p_value == pytest.approx(0.05)
+    assert hi == pytest.approx(2 + T2 / math.sqrt(3))
+    assert row.verdict == "equivalent" and row.p_value == pytest.approx(0.05) and row.p_value <= 0.05
+    assert row.holm == "yes" and row.bonferroni == "yes"
     # just outside: inconclusive, and Holm has no say
     narrower = {k: f.assign(margin=hi - 1e-6) for k, f in frames.items()}
     row = aggregate(narrower, (hi - 1e-6) / 2)[0].iloc[0]

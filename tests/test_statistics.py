@@ -161,14 +161,92 @@ def test_replicates_needed_edges():
 
 
 def test_one_runs_lower_bound_on_replicates_uses_its_seed_level_standard_error():
-    from oracle_search.statistics import replicates_lower_bound
+    from oracle_search.statistics import replicates_lower_estimate
 
     # n = 3 seeds with sd 1: half-width = t(0.975, 2)/√3 = 4.3027/1.7321 = 2.4841, so se = 1/√3 = 0.5774.
     # Equivalence within ±3 at se 0.5774: n = 2: (12.706 + 3.078)·0.5774/√2 = 6.44 > 3; n = 3: (4.303 + 1.886)·0.5774/√3
     # = 2.06 <= 3, so 3.
     half = 4.302652729911275 / 3 ** 0.5
-    assert replicates_lower_bound(-half, half, 3, 3.0, "inconclusive") == 3
+    assert replicates_lower_estimate(-half, half, 3, 3.0, "inconclusive") == 3
     # A label shown at mean 2: the same search against |mean| with the 80 % one-sided quantile (1.061 at 2 df):
     # n = 3: (4.303 + 1.061)·0.5774/√3 = 1.79 < 2 -> 3; n = 2: (12.706 + 1.376)·0.5774/√2 = 5.75 -> no.
-    assert replicates_lower_bound(2 - half, 2 + half, 3, 0.5, "better") == 3
-    assert replicates_lower_bound(float("nan"), 1.0, 3, 3.0, "inconclusive") is None
+    assert replicates_lower_estimate(2 - half, 2 + half, 3, 0.5, "better") == 3
+    assert replicates_lower_estimate(float("nan"), 1.0, 3, 3.0, "inconclusive") is None
+
+
+# --- plans that can succeed (issue 52) ----------------------------------------------------------------------------
+
+def _simulated_power(hypothesis: str, n: int, mean: float, sd: float, margin: float, draws: int = 40_000) -> float:
+    """The same chance by brute force: draw n normal replicates, build the label's 95 % interval, count."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(mean, sd, (draws, n))
+    m, half = x.mean(axis=1), half_width(x.std(axis=1, ddof=1), n)
+    lo, hi = m - half, m + half
+    hit = (lo > 0) | (hi < 0) if hypothesis == "difference" else (lo >= -margin) & (hi <= margin)
+    return float(hit.mean())
+
+
+@pytest.mark.parametrize("hypothesis, n, mean, sd, margin", [
+    ("difference", 9, 3.19, 2.97, 3.0), ("difference", 38, 3.84, 8.24, 3.0), ("difference", 4, 0.0, 1.0, 1.0),
+    ("equivalence", 35, 1.44, 3.17, 3.0), ("equivalence", 3, 0.0, 0.21, 1.0), ("equivalence", 82, 3.84, 8.24, 3.0)])
+def test_power_agrees_with_a_simulation_of_the_interval(hypothesis, n, mean, sd, margin):
+    """`power` (a noncentral t; the TOST probability integrated over the sample sd) against 40,000 simulated
+    studies: within 4 binomial standard errors. The last case is the issue's: base seed 0's SILO (paper) vs LR
+    warmup planned for equivalence at 0 (82 replicates) has power 0.002 at its observed +3.84."""
+    from oracle_search.statistics import power
+
+    exact = power(hypothesis, n, mean, sd, margin)
+    simulated = _simulated_power(hypothesis, n, mean, sd, margin)
+    assert abs(exact - simulated) <= 4 * math.sqrt(max(exact * (1 - exact), 1e-4) / 40_000) + 1e-3, (exact, simulated)
+    if hypothesis == "difference" and mean == 0:
+        assert exact == pytest.approx(0.05, abs=1e-9)  # at no difference, the size of the test
+
+
+# Base seed 0's replicates (benchmarks/results/replicates-2026-11-27/seed0-R3, tables/replicates.csv of the report
+# over them): the advantage of each of replicates 1, 2, 3.
+PAPER_VS_WARMUP = [-0.6000000000000014, 6.633333333333333, 5.5]
+FIT_VS_WARMUP = [3.9222222222222243, 4.066666666666667, 1.5666666666666667]
+
+
+def test_an_inconclusive_row_outside_the_margin_is_planned_for_a_difference_with_its_power():
+    """+3.84 and +3.19 with margin 3: the mean lies outside the margin, so the plan is a difference at the observed
+    mean, the smallest n with power ≥ 0.80 there (38 and 9), with that power beside it; the old plan, equivalence
+    at 0 (82 and 13), has power 0.002 and 0.015 at the observed mean."""
+    from oracle_search.statistics import plans, power, sd_upper
+
+    for values, n, old in ((PAPER_VS_WARMUP, 38, 82), (FIT_VS_WARMUP, 9, 13)):
+        [plan] = plans(values, 3.0, "inconclusive")
+        assert (plan.hypothesis, plan.replicates, plan.at) == ("difference", n, pytest.approx(np.mean(values)))
+        assert 0.80 <= plan.power < 0.82 and plan.power == power("difference", n, plan.at, plan.sd, 3.0)
+        assert power("difference", n - 1, plan.at, plan.sd, 3.0) < 0.80  # the smallest such n
+        assert replicates_needed(values, 3.0, "inconclusive") == old  # what the report used to plan
+        assert power("equivalence", old, float(np.mean(values)), plan.sd, 3.0) < 0.02
+    assert sd_upper(np.std(FIT_VS_WARMUP, ddof=1), 3) == pytest.approx(plans(FIT_VS_WARMUP, 3.0, "inconclusive")[0].sd)
+
+
+def test_an_inconclusive_row_inside_the_margin_gets_both_plans_and_the_budget_says_not_decidable():
+    """Mean −0.01 inside margin 3 (base seed 0, SILO (fit) vs not adapting: −2.14, +2.59, −0.47): equivalence at
+    the observed mean in 33 replicates; a difference of 0.01 cannot be shown within 50: not decidable at this
+    budget (replicates None), its power at 50 replicates beside it (about the test's size, 0.05)."""
+    from oracle_search.statistics import REPLICATE_BUDGET, plans
+
+    values = [-2.1413604287075763, 2.587618614940245, -0.4683283054883323]
+    equivalence, difference = plans(values, 3.0, "inconclusive")
+    assert equivalence.hypothesis == "equivalence" and equivalence.replicates == 33 and equivalence.power >= 0.80
+    assert difference.hypothesis == "difference" and difference.replicates is None and REPLICATE_BUDGET == 50
+    assert difference.power == pytest.approx(0.05, abs=0.01) and difference.budget == 50
+    assert plans(values, 3.0, "better") == [] and plans([1.0, 1.0, 1.0], 3.0, "inconclusive") == []
+
+
+def test_an_interval_touching_the_margin_gives_p_at_most_alpha_not_a_hair_above():
+    """d = [1, 2, 3] and margin = its interval's upper end: in floating point the TOST p came out
+    0.05000000000000004, above the 0.05 Holm compares it with. Within `MARGIN_TOLERANCE` (1e-12) of the margin
+    the interval touches it: equivalent, p ≤ 0.05; 1e-9 beyond it is outside."""
+    from oracle_search.statistics import ALPHA, MARGIN_TOLERANCE
+
+    d = [1.0, 2.0, 3.0]
+    _, lo, hi = mean_interval(d)
+    assert MARGIN_TOLERANCE == 1e-12 and ALPHA == 0.05
+    assert p_value(d, "equivalent", hi) <= 0.05 and holm([p_value(d, "equivalent", hi)]) == [True]
+    assert label(lo, hi + 5e-13, hi) == "equivalent" and label(lo, hi + 1e-9, hi) == "inconclusive"
+    assert p_value(d, "equivalent", hi - 1e-9) > ALPHA
