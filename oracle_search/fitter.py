@@ -19,7 +19,6 @@ Contract for callers: `fit_silo` returns the study even when no trial completed 
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import inspect
 import json
@@ -39,7 +38,7 @@ from oracle_search.runner import Runner
 from oracle_search.schema import Method, Stage
 from oracle_search.trials import chain_suffix, cycle_trial, peak_name, silo_spec, silo_tags
 from trainables.schedules import SiloParams
-from trainables.spec import NUMERICS, ExperimentSpec, SpecError
+from trainables.spec import NUMERICS, ExperimentSpec
 
 ACTIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)  # what counts toward --trials
 
