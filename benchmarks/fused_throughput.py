@@ -147,8 +147,9 @@ def main(argv: list[str] | None = None) -> None:
           + (f" {'graph ms/step':>13} {'graph/eager':>11}  graph spread ms" if args.graphs else ""))
     for model_name in args.models.split(","):
         # The spec's switch converts inputs on CUDA only; the batches are laid out above for any device.
+        # The eager step, said so: on CUDA the default would replay SGD's fused step from a graph, timed below.
         spec = ExperimentSpec(model=model_name, device=device.type, precision=precision, batch_size=args.batch_size,
-                              channels_last=channels_last)
+                              channels_last=channels_last, resources=Resources(cuda_graphs=False))
         torch.manual_seed(0)
         model = MODELS[model_name]((3, 32, 32), 10).to(device)
         sep, sep_all = median_seconds(separate_step(spec, model, device, channels_last), batches, warmup, steps,

@@ -10,15 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
 from oracle_search.config import SPEC_KEY, base_spec, dump, options, parse_args
 from oracle_search.config import add_options as add_config_options
-from oracle_search.options import add_flags
+from oracle_search.flags import add_flags as add_field_flags, flagged, renamed_note, say_renamed
+from oracle_search.options import (SearchSpace, add_flags, at_least, check_margin, check_with_spec, from_args)
 from trainables.errors import CheckpointError, DataError
 from trainables.presets import DEFAULT_PRESET, PRESETS
-from trainables.schedules import SCHEDULE_NAMES, SiloParams, silo_max_lr
-from trainables.spec import KEEP_CHECKPOINTS, PRECISIONS, ExperimentSpec, SpecError, validate_silo
+from trainables.schedules import SiloParams, silo_max_lr
+from trainables.spec import ExperimentSpec, SpecError, validate_silo
 
 EXIT_INVALID, EXIT_FAILED = 2, 1
 
@@ -34,69 +33,34 @@ class Parser(argparse.ArgumentParser):
 
 # --- option groups -----------------------------------------------------------------------------------------------
 
-SPEC_OVERRIDES = {  # option -> (spec field, type, help)
-    "--model": ("model", str, "network: a registry name (see `presets`) or package.module:builder, a callable "
-                "(input_shape, num_classes) -> nn.Module"),
-    "--dataset": ("dataset", str, "mnist1d | digits | synthetic | cifar10 | cifar100 | imagenet, or "
-                  "package.module:loader, a callable (spec) -> trainables.data.TensorData (tensors in memory) or "
-                  "trainables.data.DatasetSplits (torch Datasets, streamed by a DataLoader) with its own "
-                  "train/val/test split"),
-    "--data-dir": ("data_dir", str, "folder holding the dataset (CIFAR in torchvision's format); also the MNIST-1D cache"),
-    "--pruner": ("pruner", str, "pruning method, e.g. global_magnitude, or package.module:score, a callable "
-                 "(model, masks, batches) -> scores (global selection) or a trainables.pruning.Pruner"),
-    "--loss": ("loss", str, "training loss: cross_entropy (default), or package.module:fn, a callable "
-               "(logits, targets) -> scalar tensor (validation and test accuracy stay top-1)"),
-    "--rate": ("rate", float, "fraction of the remaining weights pruned per cycle (0, 1)"),
-    "--cycles": ("cycles", int, "pruning cycles L after the dense one"),
-    "--epochs": ("epochs", int, "training epochs per cycle"),
-    "--batch-size": ("batch_size", int, "training batch size"),
-    "--optimizer": ("optimizer", str, "sgd | adam | rmsprop"),
-    "--weights": ("weights", str, "after pruning: continue | rewind | reinit"),
-    "--rewind-epoch": ("rewind_epoch", int, "epoch of cycle 0 that --weights rewind returns to"),
-    "--seed": ("seed", int, "first trial seed"),
-    "--device": ("device", str, "auto | cpu | cuda"),
-    "--num-samples": ("num_samples", int, "dataset size (MNIST-1D: samples generated; others: training pool)"),
-}
-RESOURCE_OVERRIDES = {
-    "--cpus-per-trial": ("cpus_per_trial", float, "CPUs per trial (fractions allowed)"),
-    "--gpus-per-trial": ("gpus_per_trial", float, "GPUs per trial (fractions pack trials onto one GPU)"),
-    "--max-concurrent": ("max_concurrent", int, "most trials at once (0: as many as fit)"),
-    "--storage-path": ("storage_path", str, "Tune storage: a shared folder or cloud URI (default: "
-                       "$ORACLE_SEARCH_STORAGE, else under --out)"),
-}
+# The spec's flags, made from its fields (trainables.spec; the optimizer's and the schedule's names too), by the
+# name their value has on the parsed arguments; unset (None), a field keeps the preset's or the experiment file's.
+SPEC_FLAGS = flagged(ExperimentSpec)
+OVERRIDES = ("model", "dataset", "data_dir", "pruner", "loss", "rate", "cycles", "epochs", "batch_size", "optimizer",
+             "weights", "rewind_epoch", "seed", "device", "num_samples", "schedule", "prune_output", "precision")
+RESOURCES = ("cpus_per_trial", "gpus_per_trial", "max_concurrent", "storage_path", "cudnn_benchmark", "cuda_graphs",
+             "keep_checkpoints")
+
+
+def add_spec_flags(group: Any, only: Sequence[str], **kwargs: Any) -> None:
+    """The flags of the spec's fields named in `only`, in that order (`--help`'s)."""
+    add_field_flags(group, SPEC_FLAGS, only=only, dest=lambda f: f.name, default=lambda f: None, **kwargs)
 
 
 def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
+    # By hand: --preset names the base the spec's fields override, not a field.
     p.add_argument("--preset", default=DEFAULT_PRESET, help=f"named setup (default {DEFAULT_PRESET}; see `presets`)")
     g = p.add_argument_group("overrides of the preset")
-    for opt, (_, typ, text) in SPEC_OVERRIDES.items():
-        g.add_argument(opt, type=typ, help=text)
-    g.add_argument("--schedule", choices=SCHEDULE_NAMES, help="LR schedule within a cycle")
-    g.add_argument("--keep-output-dense", dest="prune_output", action="store_false", default=None,
-                   help="never prune the output layer (OpenLTH's setting for its CIFAR models)")
-    g.add_argument("--precision", choices=PRECISIONS, default=None,
-                   help="arithmetic of the forward pass (default auto: what the trials' device runs natively: "
-                   "bf16 on CUDA capability >= 8.0 and on CPUs with avx512_bf16 or AMX, fp16 with a gradient "
-                   "scaler on older GPUs, fp32 elsewhere; a resumed run keeps its recorded precision)")
+    add_spec_flags(g, OVERRIDES)
+    # By hand: a second flag for the precision field, its earlier switch.
     g.add_argument("--no-amp", dest="precision", action="store_const", const="fp32",
                    help="the same as --precision fp32")
     if cluster:
         r = p.add_argument_group("resources")
-        for opt, (_, typ, text) in RESOURCE_OVERRIDES.items():
-            r.add_argument(opt, type=typ, help=text)
-        r.add_argument("--cudnn-benchmark", action="store_true", default=None,
-                       help="CUDA trials: let cuDNN time its convolution algorithms per shape (off by default until "
-                       "a GPU has measured it faster; results equal within float tolerance, not bitwise)")
-        r.add_argument("--cuda-graphs", action="store_true", default=None,
-                       help="fused CUDA trials (--fuse > 1): replay each training step from a CUDA graph, one launch "
-                       "instead of ~1,000 (needs --device cuda and sgd or rmsprop; 1.03-4.8x faster on an H100, "
-                       "off by default until confirmed on the tested torch; results equal within float tolerance)")
-        r.add_argument("--keep-checkpoints", choices=KEEP_CHECKPOINTS, default=None,
-                       help="chain (default): delete each checkpoint once no chain, resume or completion can start "
-                       "from it, keeping the Oracle's chosen chain and each final run's last cycle; all: keep every "
-                       "one (VGG-19: about 100 MB each)")
+        add_spec_flags(r, RESOURCES)
         # cluster.yaml exports the cluster's shared storage to every node; an explicit option still wins.
         p.set_defaults(storage_path=os.environ.get("ORACLE_SEARCH_STORAGE") or None)
+        # By hand: where the trials run and what else logs them are not the spec's fields.
         r.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
         from oracle_search.callbacks import CALLBACKS, callback_name
 
@@ -107,38 +71,36 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
 
 
 def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
-    """The preset with every given override applied; validation raises SpecError naming the field."""
+    """The preset with every given override applied, validated on construction (SpecError naming the field).
+    Nothing is imported or loaded: the model, data, pruner and loss names are resolved by `check_inputs`."""
     spec = base_spec(args.preset, getattr(args, SPEC_KEY, None))  # the preset under an experiment file's fields
     changes: dict[str, Any] = {}
-    for opt, (name, _, _) in SPEC_OVERRIDES.items():
-        value = getattr(args, opt[2:].replace("-", "_"), None)
-        if value is not None:
-            changes[name] = value
-    if "optimizer" in changes:
-        changes["optimizer"] = dataclasses.replace(spec.optimizer, name=changes["optimizer"])
-    for flag in ("prune_output", "precision"):
-        if getattr(args, flag, None) is not None:
-            changes[flag] = getattr(args, flag)
-    if getattr(args, "schedule", None):
-        changes["schedule"] = dataclasses.replace(spec.schedule, name=args.schedule)
-    res = {name: v for opt, (name, _, _) in RESOURCE_OVERRIDES.items()
-           if (v := getattr(args, opt[2:].replace("-", "_"), None)) is not None}
-    for switch in ("cudnn_benchmark", "cuda_graphs"):
-        if getattr(args, switch, None):
-            res[switch] = True
-    if getattr(args, "keep_checkpoints", None):
-        res["keep_checkpoints"] = args.keep_checkpoints
-    if res:
-        changes["resources"] = dataclasses.replace(spec.resources, **res)
-    if getattr(args, "grid", None):  # validated here, so a bad grid never reaches a run
-        changes["grid"] = parse_grid(args.grid)
-    spec = dataclasses.replace(spec, **changes)
+    for name, f in SPEC_FLAGS.items():
+        value = getattr(args, name, None)
+        if value is not None:  # nested dicts: a field of the resources', the optimizer's or the schedule's
+            inner = changes
+            for step in f.path[:-1]:
+                inner = inner.setdefault(step, {})
+            inner[f.path[-1]] = value
     # Trials run in their own working folders: a path the user gave means the caller's folder, so make it absolute.
-    spec = dataclasses.replace(spec, data_dir=absolute(spec.data_dir), resources=dataclasses.replace(
-        spec.resources, storage_path=absolute(spec.resources.storage_path)))
-    from trainables.plugins import check_names  # imports torch: only commands that build a spec pay for it
+    for path in (("data_dir",), ("resources", "storage_path")):
+        inner, value = changes, _at(spec, path)
+        for step in path[:-1]:
+            inner = inner.setdefault(step, {})
+        inner[path[-1]] = absolute(inner.get(path[-1], value))
+    return _replaced(spec, changes)  # at once, so that fields that depend on each other are checked together
 
-    return check_names(spec)
+
+def _at(obj: Any, path: Sequence[str]) -> Any:
+    for step in path:
+        obj = getattr(obj, step)
+    return obj
+
+
+def _replaced(obj: Any, changes: dict[str, Any]) -> Any:
+    """`obj` with `changes` (nested dicts for nested dataclasses), made by one replace of `obj` itself."""
+    return dataclasses.replace(obj, **{k: _replaced(getattr(obj, k), v) if isinstance(v, dict) else v
+                                       for k, v in changes.items()})
 
 
 def absolute(path: str | None) -> str | None:
@@ -146,23 +108,6 @@ def absolute(path: str | None) -> str | None:
     if path is None or "://" in path:
         return path
     return str(Path(path).expanduser().absolute())
-
-
-def parse_grid(text: str) -> tuple[float, ...]:
-    """`0.01,0.02,0.04` or `log:LO:HI:N` (N log-spaced values from LO to HI)."""
-    try:
-        if text.startswith("log:"):
-            lo, hi, n = text[4:].split(":")
-            lo_f, hi_f, n_i = float(lo), float(hi), int(n)
-            if not (0 < lo_f < hi_f and n_i >= 2):
-                raise ValueError
-            return tuple(float(f"{v:.6g}") for v in np.geomspace(lo_f, hi_f, n_i))
-        values = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise SpecError("grid", f"expected a list like 0.01,0.1 or log:LO:HI:N with 0 < LO < HI and N >= 2, got {text!r}")
-    if not all(math.isfinite(v) and v > 0 for v in values):
-        raise SpecError("grid", f"every max_lr must be a positive number, got {text!r}")
-    return values
 
 
 def check_inputs(args: argparse.Namespace, spec: ExperimentSpec) -> None:
@@ -184,10 +129,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 def cmd_silo_curve(args: argparse.Namespace) -> int:
     validate_silo(SiloParams(args.epsilon, args.delta, args.q, args.beta))
-    if not 0 < args.rate < 1:
-        raise SpecError("rate", f"must lie in (0, 1), got {args.rate!r}")
-    if args.cycles < 0:
-        raise SpecError("cycles", f"must be >= 0, got {args.cycles!r}")
+    ExperimentSpec(rate=args.rate, cycles=args.cycles)  # the spec's own checks of the two, naming the flag
     rows = [{"cycle": m, "density": 100.0 * (1 - args.rate) ** m,
              "max_lr": silo_max_lr(m, epsilon=args.epsilon, delta=args.delta, q=args.q, beta=args.beta,
                                    rate=args.rate)} for m in range(args.cycles + 1)]
@@ -201,8 +143,6 @@ def cmd_silo_curve(args: argparse.Namespace) -> int:
 
 
 def cmd_cycle(args: argparse.Namespace) -> int:
-    from trainables.cycle import run_cycle, torch_threads
-
     spec = spec_from_args(args)
     if not (math.isfinite(args.max_lr) and args.max_lr > 0):
         raise SpecError("max-lr", f"must be a positive number, got {args.max_lr!r}")
@@ -216,6 +156,9 @@ def cmd_cycle(args: argparse.Namespace) -> int:
 
         load_checkpoint(args.start)  # a corrupt start fails here, before anything is written
     check_inputs(args, spec)
+    say_renamed(args)
+    from trainables.cycle import run_cycle, torch_threads  # imports torch: after every check that needs none
+
     out = Path(args.out)
     ckpt = out / f"cycle{args.cycle:02d}-seed{spec.seed}-lr{args.max_lr:.6g}"
     with torch_threads(spec.resources.threads):  # as a trial of the same spec runs (tune_adapter._trial_spec)
@@ -243,37 +186,48 @@ def _silo_fields(spec: ExperimentSpec) -> dict[str, float]:
 
 
 def _oracle_options(args: argparse.Namespace):
-    from oracle_search.options import from_args
-
     return from_args(args, "oracle")
 
 
-def _fit_options(args: argparse.Namespace, spec: ExperimentSpec):
-    from oracle_search.options import from_args
-
-    ranges = [getattr(args, f"{name}_range") for name in ("epsilon", "delta", "q", "beta")]
-    options = from_args(args, "fit", space=_search_space(args, spec) if any(r is not None for r in ranges) else None)
-    options.target(spec)  # checked against the spec here, before anything starts
-    return options
+def _fit_options(args: argparse.Namespace, spec: ExperimentSpec, **given: Any):
+    ranges = [getattr(args, f"{name}_range", None) for name in ("epsilon", "delta", "q", "beta")]
+    return from_args(args, "fit", **({"space": _search_space(args, spec)} if any(r is not None for r in ranges)
+                                     else {}), **given)
 
 
 def _compare_options(args: argparse.Namespace, spec: ExperimentSpec):
-    from oracle_search.options import from_args
-
     fit = _fit_options(args, spec)
     return from_args(args, "compare", oracle=_oracle_options(args), fit=fit, silo_fit=fit.trials > 0)
 
 
-def cmd_oracle(args: argparse.Namespace) -> int:
-    from oracle_search import pipeline
-    from oracle_search.oracle import oracle_table
-
+def _checked(command: str, args: argparse.Namespace) -> tuple[ExperimentSpec, Any, float | None]:
+    """A driver command's spec, options and --seconds-per-epoch, each checked, alone and against the others
+    (`options.check_with_spec`), before anything loads: nothing here imports torch or Ray, reads the data or
+    writes a file, so bad input is refused at once (exit 2, one line)."""
     spec = spec_from_args(args)
-    options = _oracle_options(args)
-    per_epoch = _cost_inputs(args)
+    if command == "oracle":
+        options = _oracle_options(args)
+    elif command == "fit-silo":
+        options = _fit_options(args, spec)
+    elif command == "baselines":  # no fitting: silo_fit's final runs come from this folder's study, if one finished
+        options = from_args(args, "compare", oracle=_oracle_options(args), fit=_fit_options(args, spec, trials=0),
+                            silo_fit=False)
+    else:
+        options = _compare_options(args, spec)
+    check_with_spec(command, spec, options)
+    per_epoch = _cost_inputs(args) if hasattr(args, "dry_run") else None
+    say_renamed(args)
+    return spec, options, per_epoch
+
+
+def cmd_oracle(args: argparse.Namespace) -> int:
+    spec, options, per_epoch = _checked("oracle", args)
     check_inputs(args, spec)
     if args.dry_run:
         return _dry_run("oracle", args, spec, options, per_epoch)
+    from oracle_search import pipeline  # imports torch and Ray: after every check that needs neither
+    from oracle_search.oracle import oracle_table
+
     outcomes = pipeline.oracle(spec, Path(args.out), options, args.address, args.callback,
                                seconds_per_epoch=per_epoch)
     print("\nOracle table\n" + oracle_table(outcomes))
@@ -291,9 +245,7 @@ def _range(text: str | None, name: str, cast=float) -> tuple | None:
     return low, high
 
 
-def _search_space(args: argparse.Namespace, spec: ExperimentSpec):
-    from oracle_search.fitter import SearchSpace
-
+def _search_space(args: argparse.Namespace, spec: ExperimentSpec) -> SearchSpace:
     space = SearchSpace.default(spec)
     changes = {name: r for name, cast in (("epsilon", float), ("delta", float), ("q", int), ("beta", float))
                if (r := _range(getattr(args, f"{name}_range"), name, cast)) is not None}
@@ -301,28 +253,21 @@ def _search_space(args: argparse.Namespace, spec: ExperimentSpec):
 
 
 def cmd_fit_silo(args: argparse.Namespace) -> int:
-    from oracle_search import pipeline
+    spec, options, _ = _checked("fit-silo", args)
+    check_inputs(args, spec)
+    from oracle_search import pipeline  # imports torch and Ray: after every check that needs neither
     from oracle_search.fitter import best_params
 
-    spec = spec_from_args(args)
-    options = _fit_options(args, spec)
-    pipeline.at_least("trials", options.trials, 1)  # before the data loads
-    check_inputs(args, spec)
     study = pipeline.fit_silo(spec, Path(args.out), options, args.address, args.callback)
     best_params(study)  # FitFailed (exit 1) when every trial diverged or stopped early
     return 0
 
 
 def cmd_baselines(args: argparse.Namespace) -> int:
-    from oracle_search import pipeline
-    from oracle_search.options import from_args
-
-    spec = spec_from_args(args)
-    # No fitting here: silo_fit's final runs come from this experiment's study when one finished a trial.
-    fit = from_args(args, "fit", trials=0)
-    fit.target(spec)
-    options = from_args(args, "compare", oracle=_oracle_options(args), fit=fit, silo_fit=False)
+    spec, options, _ = _checked("baselines", args)
     check_inputs(args, spec)
+    from oracle_search import pipeline  # imports torch and Ray: after every check that needs neither
+
     peaks = pipeline.baselines(spec, Path(args.out), options, args.address, args.callback)
     print("tuned peaks: " + ", ".join(f"{k} {v:.4g}" for k, v in peaks.items()))
     return 0
@@ -330,14 +275,12 @@ def cmd_baselines(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Oracle, SILO (paper and fit), the baselines, then the report: one resumable run on one --out."""
-    from oracle_search import pipeline
-
-    spec = spec_from_args(args)
-    options = _compare_options(args, spec)
-    per_epoch = _cost_inputs(args)
+    spec, options, per_epoch = _checked("compare", args)
     check_inputs(args, spec)
     if args.dry_run:
         return _dry_run("compare", args, spec, options, per_epoch)
+    from oracle_search import pipeline  # imports torch and Ray: after every check that needs neither
+
     result = pipeline.compare(spec, Path(args.out), options, args.address, args.callback,
                               seconds_per_epoch=per_epoch)
     out = Path(args.out)
@@ -350,15 +293,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _slots(value: int | None) -> None:
+    """--slots N (a dry run's and replay's): a whole number of slots, at least one."""
+    if value is not None:
+        at_least("slots", value, 1)
+
+
 def _cost_inputs(args: argparse.Namespace) -> float | None:
     """The estimate's inputs checked at the edge: --slots (only a dry run takes it) and --seconds-per-epoch,
     which it returns."""
-    from oracle_search.estimate import positive_seconds
-
     if args.slots is not None and not args.dry_run:
         raise SpecError("slots", "only with --dry-run (a run has the cluster's slots)")
-    if args.slots is not None and args.slots < 1:
-        raise SpecError("slots", f"must be an integer >= 1, got {args.slots}")
+    _slots(args.slots)
+    from oracle_search.estimate import positive_seconds  # imports pandas, not torch or Ray
+
     return positive_seconds(args.seconds_per_epoch)
 
 
@@ -377,6 +325,10 @@ def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, optio
 def cmd_report(args: argparse.Namespace) -> int:
     """One run's report (DIR), a replicates folder's (DIR holding replicates.json), or, with --out, a report over
     the given runs as replicates of one study."""
+    margin = getattr(args, "compare.margin")
+    if margin is not None:
+        check_margin(margin)
+    # The report's modules import pandas and scipy: after the check that needs neither.
     from analysis.files import BadResults, check_results
     from oracle_search.replicates import manifest
     from oracle_search.schema import results_path
@@ -384,15 +336,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from analysis.replicate_report import check_replicates, write_replicates_report
     from analysis.report import write_report
 
-    if args.margin is not None and not 0 <= args.margin < float("inf"):
-        raise SpecError("margin", f"must be a number >= 0 (points per compared cycle), got {args.margin}")
     runs = [Path(d) for d in args.dirs]
     if args.out is None and len(runs) > 1:
         raise SpecError("out", "several runs are reported as replicates into a folder of their own: pass --out DIR")
     if args.out is None and manifest(runs[0]) is not None:
         from oracle_search.pipeline import report
 
-        path = report(runs[0], args.margin)
+        path = report(runs[0], margin)
         print(f"report.html: {path}\nreport.md: {path.with_suffix('.md')}")
         return 0
     for run in runs:
@@ -403,7 +353,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             check_results(path)
         except BadResults as err:
             raise SpecError("RUN", str(err)) from None
-    margin = MARGIN_PER_CYCLE if args.margin is None else args.margin
+    margin = MARGIN_PER_CYCLE if margin is None else margin
     if args.out is None:
         paths = write_report(runs[0], margin_per_cycle=margin)
     else:
@@ -415,6 +365,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    _slots(args.slots)
+    refine, bracket = getattr(args, "oracle.refine"), getattr(args, "oracle.bracket")
+    if refine is not None:
+        at_least("refine", refine, 0)
+    # The replay's modules import pandas and Ray: after the checks that need neither.
     from analysis.files import BadResults, check_results
     from analysis.replay import REPLAY_COLUMNS, replay
     from oracle_search.schema import results_path
@@ -427,11 +382,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         check_results(path)
     except BadResults as err:
         raise SpecError("RUN", str(err)) from None
-    if args.slots is not None and args.slots < 1:
-        raise SpecError("slots", f"must be an integer >= 1, got {args.slots}")
-    if args.refine is not None and args.refine < 0:
-        raise SpecError("refine", f"must be an integer >= 0, got {args.refine}")
-    result = replay(run, Path(args.out), args.slots, args.refine, False if args.no_bracket else None)
+    result = replay(run, Path(args.out), args.slots, refine, bracket)
     print(result.cycles[[*REPLAY_COLUMNS, "edges_equal", "flags_equal", "flags"]].to_string(index=False))
     if result.wall:
         for plan, (seconds, used) in result.wall.items():
@@ -457,12 +408,13 @@ def build_parser() -> Parser:
 
     def oracle_options(c: argparse.ArgumentParser) -> None:
         o = c.add_argument_group("Oracle")
-        o.add_argument("--grid", help="max_lr values: 0.01,0.02 or log:LO:HI:N (default: the preset's grid)")
+        add_spec_flags(o, ("grid",))
         add_flags(o, "oracle")
 
     def fit_options(c: argparse.ArgumentParser, trials: int) -> None:
         f = c.add_argument_group("SILO fitter")
         add_flags(f, "fit", defaults={"trials": trials})
+        # By hand: the four make one field, FitOptions.space (a SearchSpace, its defaults from the spec).
         f.add_argument("--epsilon-range", help="LO:HI (log scale; default: half to twice the Oracle's dense "
                        "max_lr when this --out holds an Oracle run, else the grid's range)")
         f.add_argument("--delta-range", help="LO:HI (default 0:max of the grid)")
@@ -470,6 +422,7 @@ def build_parser() -> Parser:
         f.add_argument("--beta-range", help="LO:HI (default 3:6)")
 
     def cost_options(c: argparse.ArgumentParser) -> None:
+        # By hand: the estimate's inputs, not the run's: no spec or options field holds them.
         c.add_argument("--dry-run", action="store_true", help="print the plan (trainings and epochs per phase, "
                        "at most and typically), the precision auto resolves to and the estimated wall time; "
                        "train nothing, write nothing")
@@ -482,21 +435,21 @@ def build_parser() -> Parser:
     sub.add_parser("presets", help="list the named setups").set_defaults(run=cmd_presets)
 
     c = sub.add_parser("silo-curve", help="SILO's max_lr per cycle (Algorithm 1)")
-    for opt, typ in (("--epsilon", float), ("--delta", float), ("--q", int), ("--beta", float),
-                     ("--rate", float), ("--cycles", int)):
-        c.add_argument(opt, type=typ, required=True)
+    add_field_flags(c, flagged(SiloParams), dest=lambda f: f.name, default=lambda f: None, required=True)
+    add_spec_flags(c, ("rate", "cycles"), required=True)
     c.add_argument("--json", action="store_true", help="print a JSON list of {cycle, density, max_lr}")
     c.set_defaults(run=cmd_silo_curve)
 
     c = sub.add_parser("cycle", help="run one pruning cycle in this process")
     add_spec_options(c, cluster=False)
+    # By hand: the one training's own inputs and output, not fields of its spec.
     c.add_argument("--max-lr", type=float, required=True, help="peak learning rate of the cycle")
     c.add_argument("--cycle", type=int, required=True, help="cycle index m (0 = dense)")
     c.add_argument("--start", help="checkpoint directory of cycle m-1 (required for m >= 1)")
     c.add_argument("--out", required=True, help="folder for the checkpoint")
     c.add_argument("--json", action="store_true", help="print the results-table row as JSON")
-    c.add_argument("--cpus-per-trial", type=float, help="torch threads: this many whole CPUs, as a trial of "
-                   "the same spec runs (default 1, the trials' default)")
+    add_spec_flags(c, ("cpus_per_trial",), helps={"cpus_per_trial": "torch threads: this many whole CPUs, as a "
+                                                  "trial of the same spec runs (default 1, the trials' default)"})
     c.set_defaults(run=cmd_cycle)
 
     c = sub.add_parser("oracle", help="grid-search max_lr at every cycle on Ray Tune, chaining the best")
@@ -515,7 +468,7 @@ def build_parser() -> Parser:
     c = sub.add_parser("baselines", help="tune the benchmark schedules, then run them, silo_paper and silo_fit "
                        "on held-out evaluation seeds")
     add_spec_options(c, cluster=True)
-    add_flags(c, "oracle", only=("seeds", "mode"))  # the tuning seeds, and whether the tuning races
+    add_flags(c, "oracle", only=("seeds", "mode"))  # how many tuning seeds, and whether the tuning races
     add_flags(c, "compare", only=("eval_seeds",))
     add_flags(c.add_argument_group("the SILO fit whose final runs it adds, if one finished here"), "fit",
               only=("seeds", "storage", "target_cycle"))
@@ -538,10 +491,10 @@ def build_parser() -> Parser:
                    "with disjoint seeds")
     c.add_argument("--out", help="folder for the report over the RUNs (tables/verdict.csv, tables/replicates.csv, "
                    "report.md, report.html); each RUN's own report is left as it is")
-    c.add_argument("--margin", type=float, help="equivalence margin in accuracy points per compared cycle, summed "
-                   "over the cycles like the advantage: a comparison whose 95 %% interval lies inside ±margin is "
-                   "`equivalent` (default: the margin a replicates folder recorded, else 0.5, the paper's interval "
-                   "tolerance)")
+    add_flags(c, "compare", only=("margin",), defaults={"margin": None}, helps={"margin": "equivalence margin in "
+              "accuracy points per compared cycle, summed over the cycles like the advantage: a comparison whose "
+              "95 %% interval lies inside ±margin is `equivalent` (default: the margin a replicates folder "
+              "recorded, else 0.5, the paper's interval tolerance)"})
     c.set_defaults(run=cmd_report)
     c = sub.add_parser("replay", help="what the racing Oracle would have decided and cost on a finished run; "
                        "trains nothing (answers every training from RUN's table)")
@@ -549,10 +502,11 @@ def build_parser() -> Parser:
     c.add_argument("--out", required=True, help="folder for replay.csv, replay_rows.parquet, report.md, tables/")
     c.add_argument("--slots", type=int, help="also simulate both plans' wall time on N slots, from each row's "
                    "measured seconds")
-    c.add_argument("--refine", type=int, help="for a run that did not record its options (no options.json): the "
-                   "refinement rounds its Oracle had (default 3, the default of `oracle` and `compare`)")
-    c.add_argument("--no-bracket", action="store_true", help="for a run that did not record its options: its "
-                   "Oracle ran with --no-bracket (every cycle from the whole grid)")
+    add_flags(c, "oracle", only=("refine", "bracket"), defaults={"refine": None, "bracket": None}, helps={
+        "refine": "for a run that did not record its options (no options.json): the refinement rounds its Oracle "
+                  "had (default 3, the default of `oracle` and `compare`)",
+        "bracket": "for a run that did not record its options: its Oracle ran with --no-bracket (every cycle from "
+                   "the whole grid)"})
     c.set_defaults(run=cmd_replay)
     return p
 
@@ -571,15 +525,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = {}
     if threading.current_thread() is threading.main_thread():  # SIGTERM too ends a run cleanly: exit 143
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    args = None
     try:
         args = parse_args(build_parser(), argv)  # with --config FILE, the file's values under the flags
         if getattr(args, "print_config", False):
-            print(dump(spec_from_args(args), options(args)), end="")
+            spec = spec_from_args(args)
+            from trainables.plugins import check_names  # imports torch: only after the spec's own checks
+
+            print(dump(check_names(spec), options(args)), end="")
+            say_renamed(args)
             return 0
         return args.run(args)
     except (InvalidInput, SpecError, DataError, CheckpointError) as err:
         message = f"{err.field}: {err}" if isinstance(err, CheckpointError) else err  # it names only the file
-        print(f"oracle-search: error: {message}", file=sys.stderr)
+        print(f"oracle-search: error: {message}{renamed_note(args)}", file=sys.stderr)  # still one line
         return EXIT_INVALID
     except KeyboardInterrupt as err:
         signum = err.args[0] if err.args and isinstance(err.args[0], int) else signal.SIGINT

@@ -45,7 +45,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 OPTIONS_TABLE = "options"
 SPEC_KEY = "config_spec"  # where the file's spec fields wait on the parsed arguments for spec_from_args
-NOT_OPTIONS = {"help", "command", "run", "config", "print_config", SPEC_KEY}
+NOT_OPTIONS = {"help", "command", "run", "config", "print_config", SPEC_KEY, "renamed_flags"}  # flags.RENAMED
 ORACLE_MODES = ("racing", "exhaustive")  # `--oracle`: how the Oracle searches a cycle (racing.OracleSearch)
 
 

@@ -56,7 +56,6 @@ if TYPE_CHECKING:  # the simulation imports Ray, the plans scipy; the estimate's
     from oracle_search.simulate_job import JobWalls
 
 FIRST_ROUND_VALUES = 3  # a racing cycle's first round (b and its neighbours) on each seed: the Oracle's width
-MOST_ORACLE_VALUES_PER_ROUND = 4  # one per edge of the two intervals (selection.next_values)
 COMPARED_PER_CYCLE = 2  # values a racing compare completes per cycle before its verdict (simulate.simulate_oracle)
 PROBE_STEPS = 100
 MAX_PROBES = 64  # copies of the probe at once on a cluster (each holds one trial's resources)
@@ -177,7 +176,7 @@ def widest_bracket(grid: list[float], width: float = 4.0) -> int:
 def first_round_values(spec: ExperimentSpec, bracket: bool) -> tuple[int, int]:
     """The most values the Oracle's first round of a cycle trains on each seed: at cycle 0 (the grid) and at a
     later cycle (the bracket, or the whole grid, plus the dense best). Each refinement round after it trains at
-    most MOST_ORACLE_VALUES_PER_ROUND more."""
+    most racing.MOST_NEW_VALUES_PER_ROUND more."""
     g = len(set(spec.grid))
     return g, (min(widest_bracket(list(spec.grid)), g + 1) if bracket else g) + 1
 
@@ -188,11 +187,11 @@ def oracle_phase(spec: ExperimentSpec, seeds: int, refine: int, bracket: bool, f
     accuracy model (`simulate.simulate_oracle`; `compared`: values completed per cycle before a verdict). `fuse`:
     candidates per fused trial (`fusion.fuse_size`); each round on a seed is ⌈its values / fuse⌉ trials, and the
     typical trials are the typical trainings in the same proportion."""
-    from oracle_search.racing import OracleSearch
+    from oracle_search.racing import MOST_NEW_VALUES_PER_ROUND, OracleSearch
     from oracle_search.simulate import simulate_oracle
 
     g, later = first_round_values(spec, bracket)
-    cycles, most = spec.cycles, MOST_ORACLE_VALUES_PER_ROUND
+    cycles, most = spec.cycles, MOST_NEW_VALUES_PER_ROUND
 
     def count(k: int = 1) -> int:  # k: trainings per trial
         return seeds * ((-(-g // k) + -(-most // k) * refine) + cycles * (-(-later // k) + -(-most // k) * refine))

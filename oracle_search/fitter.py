@@ -19,7 +19,6 @@ Contract for callers: `fit_silo` returns the study even when no trial completed 
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import inspect
 import json
@@ -34,12 +33,12 @@ from optuna.exceptions import ExperimentalWarning, UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from oracle_search.engine import RunFailed
-
+from oracle_search.options import SearchSpace  # noqa: F401 (re-exported: the fit's ranges, checked at the edge)
 from oracle_search.runner import Runner
 from oracle_search.schema import Method, Stage
 from oracle_search.trials import chain_suffix, cycle_trial, peak_name, silo_spec, silo_tags
 from trainables.schedules import SiloParams
-from trainables.spec import NUMERICS, ExperimentSpec, SpecError
+from trainables.spec import NUMERICS, ExperimentSpec
 
 ACTIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)  # what counts toward --trials
 
@@ -47,33 +46,6 @@ ACTIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)  # what co
 class FitFailed(RunFailed, ValueError):
     """The study holds no completed trial (every one diverged or was stopped early). A RunFailed for the CLI (one
     line, exit 1); a ValueError like Optuna's own `best_trial`, for callers that treat it as "nothing fitted"."""
-
-
-@dataclass(frozen=True)
-class SearchSpace:
-    """Ranges of the fitter; the paper advises q in [0, 3] and beta in [3, 6]."""
-
-    epsilon: tuple[float, float]
-    delta: tuple[float, float]
-    q: tuple[int, int] = (0, 3)
-    beta: tuple[float, float] = (3.0, 6.0)
-
-    @classmethod
-    def default(cls, spec: ExperimentSpec) -> "SearchSpace":
-        return cls(epsilon=(min(spec.grid), max(spec.grid)), delta=(0.0, max(spec.grid)))
-
-    def validate(self) -> None:
-        for name in ("epsilon", "delta", "q", "beta"):
-            low, high = getattr(self, name)
-            if not low <= high:
-                raise SpecError(f"{name}-range", f"needs LO <= HI, got {low}:{high}")
-        if self.epsilon[0] <= 0:
-            raise SpecError("epsilon-range", "must be positive (it is searched on a log scale)")
-        if self.delta[0] < 0 or self.q[0] < 0 or self.beta[0] <= 0:
-            raise SpecError("delta-range", "delta and q must be >= 0 and beta > 0")
-
-    def contains(self, params: dict[str, float]) -> bool:
-        return all(lo <= params[name] <= hi for name, (lo, hi) in dataclasses.asdict(self).items())
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
 """The command options of the drivers, typed, and what a results folder records of them (OUT/options.json).
 
 Like ExperimentSpec, each options dataclass validates itself on construction: the command line and the Python API
-build them at their edge, and nothing inside checks them again. Each field names its command-line flag
-(`metadata["flag"]`, made by `add_flags`), so an error about a field names the option a user types, and an
-experiment file's [options.oracle], [options.fit] and [options.compare] tables are keyed by field name.
+build them at their edge, and nothing inside checks them again. What needs the spec as well (the fit's target cycle
+within the spec's cycles) is checked once where a command's spec and options meet (`check_with_spec`): on the
+command line before anything loads, and at each driver of the Python API; inside, `FitOptions.target` is trusted.
+Each field names its command-line flag (`trainables.fields.flag`; `add_flags` makes it), so an error about a field
+names the option a user types, and an experiment file's [options.oracle], [options.fit] and [options.compare]
+tables are keyed by field name.
 
 A run records its options beside spec.json. `replay` and the report read them back, and a resume checks them: an
 option that changes what the search does is refused with one line naming it. The options in MAY_CHANGE are those a
@@ -15,15 +18,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import typing
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from oracle_search import flags
 from oracle_search.config import ORACLE_MODES
 from oracle_search.seeds import check_seed_room
 from trainables.atomic import atomic_write_json
-from trainables.spec import SpecError
+from trainables.fields import flag
+from trainables.spec import ExperimentSpec, SpecError
 
 OPTIONS_FILE = "options.json"
 MARGIN_PER_CYCLE = 0.5  # `--margin`'s default, points per compared cycle: the paper's interval tolerance
@@ -34,23 +39,55 @@ MAY_CHANGE = {
 }
 
 
-def option(default: Any, flag: str, help: str, *, by_hand: bool = False, **argparse_kwargs: Any) -> Any:
-    """A field that is a command-line option: `--flag` (add_flags makes it; `by_hand`: the CLI writes its flags
-    itself) with `help` (argparse's %-format: %(default)s is the command's default)."""
-    return field(default=default, metadata={"flag": flag, "help": help, "by_hand": by_hand,
-                                            "argparse": argparse_kwargs})
+option = flag  # a field that is a command-line option (trainables.fields.flag)
 
 
-def at_least(option: str, value: int, least: int) -> None:
-    """SpecError naming the command-line option when a count is below its floor."""
-    if not isinstance(value, int) or value < least:
-        raise SpecError(option, f"must be an integer >= {least}, got {value!r}")
+def at_least(option: str, value: int, least: int, why: str = "") -> None:
+    """SpecError naming the command-line option when a count is below its floor (`why`: the floor's reason)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise SpecError(option, f"must be an integer >= {least}{f' ({why})' if why else ''}, got {value!r}")
+
+
+def check_margin(value: Any) -> None:
+    """The equivalence margin (`compare --margin`, `report --margin`): a number >= 0, in points per compared
+    cycle."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf:
+        raise SpecError("margin", f"must be a number >= 0 (points per compared cycle), got {value!r}")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Ranges of the SILO fitter (`--epsilon-range` and its kin); the paper advises q in [0, 3] and beta in
+    [3, 6]."""
+
+    epsilon: tuple[float, float]
+    delta: tuple[float, float]
+    q: tuple[int, int] = (0, 3)
+    beta: tuple[float, float] = (3.0, 6.0)
+
+    @classmethod
+    def default(cls, spec: ExperimentSpec) -> "SearchSpace":
+        return cls(epsilon=(min(spec.grid), max(spec.grid)), delta=(0.0, max(spec.grid)))
+
+    def validate(self) -> None:
+        for name in ("epsilon", "delta", "q", "beta"):
+            low, high = getattr(self, name)
+            if not low <= high:
+                raise SpecError(f"{name}-range", f"needs LO <= HI, got {low}:{high}")
+        if self.epsilon[0] <= 0:
+            raise SpecError("epsilon-range", "must be positive (it is searched on a log scale)")
+        if self.delta[0] < 0 or self.q[0] < 0 or self.beta[0] <= 0:
+            raise SpecError("delta-range", "delta and q must be >= 0 and beta > 0")
+
+    def contains(self, params: dict[str, float]) -> bool:
+        return all(lo <= params[name] <= hi for name, (lo, hi) in dataclasses.asdict(self).items())
 
 
 @dataclass(frozen=True)
 class OracleOptions:
-    seeds: int = option(3, "seeds", "tuning seeds, each a chain: b and every max_lr not shown worse are trained on "
-                        "each (default %(default)s: the 'not shown worse' and 'shown within 0.5' sets need several)")
+    seeds: int = option(3, "tuning-seeds", "how many tuning seeds, each a chain: b and every max_lr not shown worse "
+                        "are trained on each (default %(default)s: the 'not shown worse' and 'shown within 0.5' sets "
+                        "need several; compare needs 2)", aliases=("seeds",))
     refine: int = option(3, "refine", "most refinement rounds per cycle that resolve the intervals' edges (default "
                          "%(default)s; racing runs at most 1, on the paper interval's edges; 0: the grid or bracket "
                          "only)")
@@ -68,7 +105,7 @@ class OracleOptions:
     def __post_init__(self) -> None:
         if self.mode not in ORACLE_MODES:
             raise SpecError("oracle", f"must be {' or '.join(ORACLE_MODES)}, got {self.mode!r}")
-        at_least("seeds", self.seeds, 1)
+        at_least("tuning-seeds", self.seeds, 1)
         at_least("refine", self.refine, 0)
         at_least("fuse", self.fuse, 0)
 
@@ -81,14 +118,14 @@ class OracleOptions:
 class FitOptions:
     trials: int = option(8, "trials", "Optuna trials the study should hold (default %(default)s); rerun with a "
                          "larger number to add trials")
-    seeds: int = option(1, "fit-seeds", "tuning seeds each Optuna trial trains (default %(default)s; the objective "
+    seeds: int = option(1, "fit-seeds", "how many tuning seeds each Optuna trial trains (default %(default)s; the objective "
                         "is their mean)")
     storage: str | None = option(None, "study-storage", "Optuna storage URL (PostgreSQL on clusters); default: a "
                                  "journal file under --out")
     target_cycle: int | None = option(None, "target-cycle", "cycle whose validation accuracy is the objective "
                                       "(default: the last)")
-    # fitter.SearchSpace; default: around the Oracle's dense best when one ran. Four flags, --epsilon-range first.
-    space: object | None = option(None, "epsilon-range", "", by_hand=True)
+    # Default: around the Oracle's dense best when one ran. By hand: four flags (--epsilon-range first) make it.
+    space: SearchSpace | None = option(None, "epsilon-range", "", by_hand=True)
 
     def __post_init__(self) -> None:
         at_least("trials", self.trials, 0)  # 0: compare without silo_fit
@@ -98,13 +135,15 @@ class FitOptions:
         if self.space is not None:
             self.space.validate()
 
-    def target(self, spec) -> int:
+    def target(self, spec: ExperimentSpec) -> int:
         """The cycle whose validation accuracy silo_fit and silo_paper's δ are chosen on: the given one, else
-        the last. Every driver gets it from here; SpecError when it lies beyond the spec's cycles."""
-        target = spec.cycles if self.target_cycle is None else self.target_cycle
-        if target > spec.cycles:
-            raise SpecError("target-cycle", f"must lie in [0, cycles={spec.cycles}], got {target}")
-        return target
+        the last. Every driver gets it from here, trusted: `check_with_spec` refused one beyond the spec's cycles
+        at the edge."""
+        return spec.cycles if self.target_cycle is None else self.target_cycle
+
+    def needs_a_trial(self) -> None:
+        """A fit that runs (`fit-silo`, a compare with silo_fit) needs a trial; --trials 0 means no fit."""
+        at_least("trials", self.trials, 1)
 
 
 @dataclass(frozen=True)
@@ -113,9 +152,10 @@ class CompareOptions:
     fit: FitOptions = field(default_factory=FitOptions)
     eval_seeds: int = option(3, "eval-seeds", "evaluation seeds of every tuned method's final runs, disjoint from "
                              "the tuning seeds (default %(default)s, at least 2)")
-    silo_fit: bool = option(True, "trials", "", by_hand=True)  # also fit SILO with Optuna (--trials 0: not)
+    # Also fit SILO with Optuna. By hand: not a flag of its own, --trials 0 says no.
+    silo_fit: bool = option(True, "trials", "", by_hand=True)
     replicates: int = option(3, "replicates", "whole studies, each with its own tuning and evaluation seeds "
-                             "(replicate r's base seed: --seed + 10000 (r - 1)), run side by side on the same slots "
+                             "(replicate r's base seed: --base-seed + 10000 (r - 1)), run side by side on the same slots "
                              "in OUT/replicate-1..R; the report gives the verdict over them (default %(default)s; 1: "
                              "one study in OUT, whose labels are conditional on its own choices)")
     margin: float = option(MARGIN_PER_CYCLE, "margin", "equivalence margin in validation- (or test-) accuracy points "
@@ -126,10 +166,9 @@ class CompareOptions:
     def __post_init__(self) -> None:
         at_least("eval-seeds", self.eval_seeds, 2)
         if self.silo_fit:
-            at_least("trials", self.fit.trials, 1)
+            self.fit.needs_a_trial()
         at_least("replicates", self.replicates, 1)
-        if not isinstance(self.margin, (int, float)) or not 0 <= self.margin < float("inf"):
-            raise SpecError("margin", f"must be a number >= 0 (points per compared cycle), got {self.margin!r}")
+        check_margin(self.margin)
         if self.replicates > 1:
             check_seed_room(self.oracle.seeds, self.eval_seeds, self.fit.seeds)
 
@@ -142,6 +181,26 @@ class CompareOptions:
 SECTIONS: dict[str, type] = {"oracle": OracleOptions, "fit": FitOptions, "compare": CompareOptions}
 
 
+# --- where a command's spec and options meet -----------------------------------------------------------------------
+
+COMPARE_LEAST_TUNING_SEEDS = 2  # compare's intervals over tuning seeds (the Oracle's sets) need two
+
+
+def check_with_spec(command: str, spec: ExperimentSpec, options: Any) -> None:
+    """What a command's options must satisfy beyond their own construction, checked once where they meet the
+    spec (the command line, before anything loads; each driver of the Python API): SpecError naming the option.
+    `options`: FitOptions for `fit-silo`, CompareOptions for `baselines` and `compare`, OracleOptions for
+    `oracle`."""
+    fit = options if command == "fit-silo" else getattr(options, "fit", None)
+    if command == "fit-silo":
+        fit.needs_a_trial()
+    if command == "compare":
+        at_least("tuning-seeds", options.oracle.seeds, COMPARE_LEAST_TUNING_SEEDS,
+                 "the Oracle's intervals over the tuning seeds need 2")
+    if fit is not None and fit.target_cycle is not None and fit.target_cycle > spec.cycles:
+        raise SpecError("target-cycle", f"must lie in [0, cycles={spec.cycles}], got {fit.target_cycle}")
+
+
 # --- the command line: flags made from the fields ------------------------------------------------------------------
 
 def dest(section: str, name: str) -> str:
@@ -151,25 +210,13 @@ def dest(section: str, name: str) -> str:
 
 
 def add_flags(group: Any, section: str, *, only: Iterable[str] | None = None,
-              defaults: dict[str, Any] | None = None) -> None:
+              defaults: dict[str, Any] | None = None, helps: dict[str, str] | None = None) -> None:
     """Add the flags of SECTIONS[section]'s fields to `group`, a parser or argument group (all but the by_hand
     ones, or the `only` ones), each storing the field's own value: --no-bracket stores bracket = False.
-    `defaults`: a command's own defaults."""
-    cls, defaults = SECTIONS[section], defaults or {}
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        meta = f.metadata
-        if "flag" not in meta or meta["by_hand"] or (only is not None and f.name not in only):
-            continue
-        kwargs = dict(meta["argparse"])
-        if hints[f.name] is bool:  # a switch: giving the flag sets the other value
-            kwargs["action"] = "store_false" if f.default else "store_true"
-        else:
-            kwargs["type"] = next(t for t in (*typing.get_args(hints[f.name]), hints[f.name]) if t is not type(None))
-            if "choices" not in kwargs:
-                kwargs["metavar"] = meta["flag"].upper().replace("-", "_")
-        group.add_argument(f"--{meta['flag']}", dest=dest(section, f.name), default=defaults.get(f.name, f.default),
-                           help=meta["help"], **kwargs)
+    `defaults`, `helps`: a command's own."""
+    defaults = defaults or {}
+    flags.add_flags(group, flags.flagged(SECTIONS[section], nested=False), only=only, helps=helps,
+                    dest=lambda f: dest(section, f.name), default=lambda f: defaults.get(f.name, f.field.default))
 
 
 def from_args(args: argparse.Namespace, section: str, **given: Any) -> Any:

@@ -24,7 +24,7 @@ from oracle_search.engine import Engine, RunFailed
 from oracle_search.runner import Runner
 from oracle_search.fusion import fuse_size
 from oracle_search.lock import holding
-from oracle_search.options import CompareOptions, FitOptions, OracleOptions, at_least
+from oracle_search.options import CompareOptions, FitOptions, OracleOptions, check_with_spec
 from oracle_search.progress import Progress
 from oracle_search.racing import TuningPlan
 from oracle_search.schema import SILO_METHODS, read_results
@@ -186,8 +186,7 @@ def oracle(spec: ExperimentSpec, out: Path, options: OracleOptions = OracleOptio
 def fit_silo(spec: ExperimentSpec, out: Path, options: FitOptions = FitOptions(), address: str | None = None,
              callbacks: list[str] | None = None):
     """Run (or extend) the silo_fit study; returns the Optuna study."""
-    at_least("trials", options.trials, 1)
-    options.target(spec)
+    check_with_spec("fit-silo", spec, options)  # the Python API's edge (the command line checked it too)
     with _runner(spec, Path(out), address, callbacks, record={"fit": options}) as runner:
         study = silo_fit_study(runner, options)
         runner.write_results()
@@ -200,6 +199,7 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
               address: str | None = None, callbacks: list[str] | None = None) -> dict[str, float]:
     """Tune the benchmark schedules on the tuning seeds, then run them, silo_paper (if an Oracle ran here) and
     silo_fit (if a study finished here) on the evaluation seeds. Returns the tuned peaks."""
+    check_with_spec("baselines", spec, options)  # the Python API's edge (the command line checked it too)
     target = options.fit.target(spec)
     with _runner(spec, Path(out), address, callbacks) as runner:  # its options are the Oracle's and the fit's
         # silo_fit runs when this experiment's study holds a finished trial, whatever `options.silo_fit` says
@@ -223,7 +223,7 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
     others: the report covers the finished ones and says which failed, then RunFailed names it; a rerun resumes
     it. `seconds_per_epoch`: the estimate's (default: timed on a worker)."""
     reject_silo_schedule(spec)
-    options.fit.target(spec)
+    check_with_spec("compare", spec, options)  # the Python API's edge (the command line checked it too)
     out, R = Path(out).resolve(), options.replicates
     replicates.check_folder(out, R)
     folders = replicates.folders(out, R)

@@ -55,13 +55,13 @@ cat "$out/0_device.txt"
 if [ "$cpu" = 1 ]; then
   bench=(--device cpu --models resnet20,vgg19_bn --steps 1 --warmup 1 --repeats 3 --batch-size 4)
   ks=(--ks 1,4); ks_off=(--ks 1); graphs=()
-  per_file=10; cycle=(--device cpu --epochs 1 --grid 0.1,0.4 --seeds 1 --cpus-per-trial 0.5 --max-concurrent 2)
+  per_file=10; cycle=(--device cpu --epochs 1 --grid 0.1,0.4 --tuning-seeds 1 --cpus-per-trial 0.5 --max-concurrent 2)
   limits=(240 240 120 600)
 else
   bench=(--steps 20 --warmup 5 --repeats 3)
   ks=(--ks 1,4,8,16,32); ks_off=(--ks 1,8); graphs=(--graphs)
   # 45,000 training and 5,000 validation images (the preset's 10 % split of 50,000) and 10,000 test images.
-  per_file=10000; cycle=(--device cuda --epochs 18 --seeds 2 --gpus-per-trial 0.5 --cpus-per-trial 4
+  per_file=10000; cycle=(--device cuda --epochs 18 --tuning-seeds 2 --gpus-per-trial 0.5 --cpus-per-trial 4
                          --cudnn-benchmark)
   limits=(90 150 45 200)  # about 6 minutes in all, the estimate's 90 s included: a lent machine has 15
 fi

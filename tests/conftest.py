@@ -169,7 +169,7 @@ def cli(argv: list[str]) -> int:
 
 # --- one `compare` on the tiny preset for every end-to-end assertion ---------------------------------------------
 
-TINY_COMPARE = ["compare", "--preset", "tiny", "--trials", "3", "--seeds", "2", "--eval-seeds", "2", "--refine", "1",
+TINY_COMPARE = ["compare", "--preset", "tiny", "--trials", "3", "--tuning-seeds", "2", "--eval-seeds", "2", "--refine", "1",
                 "--replicates", "1"]
 
 

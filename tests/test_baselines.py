@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.ray]  # a Runner on a local Ray of i
 
 def test_baselines_tune_on_tuning_seeds_and_run_finals_on_evaluation_seeds(tmp_path):
     out = tmp_path / "b"
-    assert main(["baselines", "--preset", "tiny", "--seeds", "2", "--eval-seeds", "2", "--out", str(out)]) == 0
+    assert main(["baselines", "--preset", "tiny", "--tuning-seeds", "2", "--eval-seeds", "2", "--out", str(out)]) == 0
     rows = pd.read_parquet(out / "results.parquet")
     final, tune = rows[rows["stage"] == "final"], rows[rows["stage"] == "tune"]
     assert set(tune["seed"]) == {0, 1} and set(final["seed"]) == {1000, 1001}

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -179,7 +182,7 @@ BAD_INPUTS = {  # id: (argv without --out, text the message must name)
     "oracle-grid-negative": (["oracle", "--preset", "tiny", "--grid", "0.1,-0.2"], "grid"),
     "oracle-grid-log-reversed": (["oracle", "--preset", "tiny", "--grid", "log:1:0.01:4"], "grid"),
     "oracle-grid-garbage": (["oracle", "--preset", "tiny", "--grid", "lots"], "grid"),
-    "oracle-seeds-zero": (["oracle", "--preset", "tiny", "--seeds", "0"], "seeds"),
+    "oracle-seeds-zero": (["oracle", "--preset", "tiny", "--tuning-seeds", "0"], "seeds"),
     "oracle-unknown-preset": (["oracle", "--preset", "nope"], "preset"),
     "oracle-schedule-silo": (["oracle", "--preset", "tiny", "--schedule", "silo"], "schedule"),
     "compare-schedule-silo": (["compare", "--preset", "tiny", "--schedule", "silo"], "schedule"),
@@ -268,3 +271,43 @@ def test_report_on_a_corrupt_parquet_exits_2_naming_the_file(capsys, results_dir
     assert code == 2 and len(lines) == 1 and lines[0].startswith("oracle-search: error: RUN: "), err
     assert str(table) in lines[0]
     assert not (results_dir / "report.md").exists()
+
+
+# Refused before anything loads (issue 52): checks that need no torch, Ray or data run before either is imported.
+REFUSED_AT_ONCE = {  # id: (argv without --out, text the one line must name)
+    "compare-one-tuning-seed": (["compare", "--tuning-seeds", "1"], "tuning-seeds"),
+    "compare-one-seed-by-its-old-name": (["compare", "--seeds", "1"], "tuning-seeds"),
+    "compare-rate": (["compare", "--rate", "1.5"], "rate"),
+    "compare-margin": (["compare", "--margin", "-1"], "margin"),
+    "compare-replicates": (["compare", "--replicates", "0"], "replicates"),
+    "compare-target-cycle": (["compare", "--target-cycle", "99"], "target-cycle"),
+    "compare-lin-grid": (["compare", "--grid", "lin:0.1:0.05:0.01"], "--grid"),
+    "compare-epsilon-range": (["compare", "--epsilon-range", "0.2:0.1"], "epsilon-range"),
+    "compare-dry-run-slots": (["compare", "--dry-run", "--slots", "0"], "slots"),
+    "fit-silo-no-trial": (["fit-silo", "--trials", "0"], "trials"),
+    "oracle-seconds-per-epoch": (["oracle", "--dry-run", "--seconds-per-epoch", "-1"], "seconds-per-epoch"),
+    "cycle-max-lr": (["cycle", "--cycle", "0", "--max-lr", "0"], "max-lr"),
+    "report-margin": (["report", "RUN", "--margin", "-1"], "margin"),
+    "replay-slots": (["replay", "RUN", "--slots", "0"], "slots"),
+}
+HEAVY = {"torch", "ray", "optuna", "scipy"}
+
+
+@pytest.mark.parametrize("argv, name", REFUSED_AT_ONCE.values(), ids=REFUSED_AT_ONCE.keys())
+def test_bad_values_are_refused_before_torch_or_ray_load(tmp_path, argv, name):
+    """A process of its own, under `python -X importtime` (one line per module imported, on stderr): exit 2, one
+    line naming the option, none of torch, Ray, Optuna or scipy imported, and nothing written (the working folder
+    and --out stay empty)."""
+    argv = [str(tmp_path / "run") if a == "RUN" else a for a in argv]
+    out = tmp_path / "out"
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
+                                                      os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "oracle_search.cli", *argv, "--out", str(out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    lines = done.stderr.splitlines()
+    said = [line for line in lines if not line.startswith("import time:")]
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in lines if line.startswith("import time:")}
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert len(said) == 1 and said[0].startswith("oracle-search: error: ") and name in said[0], said
+    assert not imported & HEAVY, sorted(imported & HEAVY)
+    assert done.stdout == "" and list(tmp_path.iterdir()) == []

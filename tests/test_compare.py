@@ -64,7 +64,7 @@ def test_a_racing_compare_races_every_tuning_phase_and_keeps_the_verdict_defined
     from oracle_search.cli import main as cli
 
     out = tmp_path / "racing"
-    assert cli([*TINY_COMPARE, "--seeds", "3", "--oracle", "racing", "--out", str(out)]) == 0
+    assert cli([*TINY_COMPARE, "--tuning-seeds", "3", "--oracle", "racing", "--out", str(out)]) == 0
     said = capsys.readouterr().out
     assert "racing:" in said and "silo_paper: ε" in said and "racing" in said.split("silo_paper: ε")[1].splitlines()[0]
     assert "baselines: tuning the peak LR of" in said and ", racing" in said.split("baselines: tuning")[1].splitlines()[0]

@@ -92,7 +92,7 @@ def test_the_options_tables_are_keyed_by_field_name_and_flat_flag_names_still_re
 
 def test_flags_override_the_file(tmp_path):
     path = str(write(tmp_path, EXPERIMENT))
-    args, spec = resolved(["compare", "--config", path, "--out", "x", "--epochs", "7", "--seeds", "4",
+    args, spec = resolved(["compare", "--config", path, "--out", "x", "--epochs", "7", "--tuning-seeds", "4",
                            "--schedule", "warmup", "--grid", "0.1,0.3", "--cpus-per-trial", "2", "--preset",
                            "digits-mlp"])
     assert (spec.epochs, spec.schedule.name, spec.grid, spec.resources.cpus_per_trial) == (7, "warmup", (0.1, 0.3), 2)
@@ -181,8 +181,8 @@ def test_bad_files_exit_2_naming_the_key_and_write_nothing(tmp_path, capsys, tex
 def test_an_option_of_the_wrong_type_fails_as_the_flag_would(tmp_path, capsys):
     path = write(tmp_path, '[options]\nseeds = "two"\n')
     assert main(["oracle", "--config", str(path), "--out", str(tmp_path / "out"), "--print-config"]) == 2
-    assert "argument --seeds: invalid int value: 'two'" in capsys.readouterr().err
-    assert main(["oracle", "--config", str(path), "--seeds", "2", "--print-config"]) == 0  # the flag wins
+    assert "argument --tuning-seeds: invalid int value: 'two'" in capsys.readouterr().err
+    assert main(["oracle", "--config", str(path), "--tuning-seeds", "2", "--print-config"]) == 0  # the flag wins
     listed = write(tmp_path, '[options]\ncallback = ["no-such-tracker"]\n')  # a repeatable option: a list
     assert main(["oracle", "--config", str(listed), "--print-config"]) == 2
     assert "options.callback: unknown 'no-such-tracker'" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import pytest
 from oracle_search import fitter, pipeline
 from oracle_search.cli import build_parser, main, spec_from_args
 from oracle_search.config import parse_args
+from oracle_search.options import check_with_spec
 from trainables import plugins
 from trainables.presets import PRESETS
 from trainables.spec import SpecError
@@ -36,13 +37,17 @@ def test_looking_for_a_finished_fit_creates_no_study(tmp_path):
 
 
 @pytest.mark.parametrize("target,ok", [(None, True), (0, True), (TINY.cycles, True), (TINY.cycles + 1, False)])
-def test_the_target_cycle_is_checked_by_the_options_for_the_api_too(target, ok):
+def test_the_target_cycle_is_checked_where_the_spec_and_the_options_meet(target, ok):
+    """`check_with_spec`, the one check of the target against the spec's cycles (the command line's and the Python
+    API drivers'); `target` is then trusted."""
     options = pipeline.FitOptions(target_cycle=target)
-    if ok:
-        assert options.target(TINY) == (TINY.cycles if target is None else target)
-    else:
-        with pytest.raises(SpecError, match="target-cycle"):
-            options.target(TINY)
+    for command, given in (("fit-silo", options), ("compare", pipeline.CompareOptions(fit=options))):
+        if ok:
+            check_with_spec(command, TINY, given)
+            assert options.target(TINY) == (TINY.cycles if target is None else target)
+        else:
+            with pytest.raises(SpecError, match="target-cycle"):
+                check_with_spec(command, TINY, given)
 
 
 def test_a_negative_target_cycle_or_a_bad_search_space_fails_on_construction():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from analysis.report import estimate_note
-from oracle_search import estimate
+from oracle_search import estimate, racing
 from oracle_search.cli import main
 from oracle_search.fusion import pack
 from oracle_search.runner import Runner, Started
@@ -169,7 +169,7 @@ def test_oracle_never_trains_more_than_the_plan_says(tmp_path, grid, refine, run
     """The Oracle's own driver (`run_oracle`), fused by 3 as the engine fuses, on random accuracies: neither its
     trainings nor its Tune trials ever exceed the plan's most, nor does any term of the plan: per cycle, at most
     1 + refine rounds, the first of at most the grid (cycle 0) or the bracket and the dense best, each later one
-    of at most MOST_ORACLE_VALUES_PER_ROUND new values."""
+    of at most racing.MOST_NEW_VALUES_PER_ROUND new values."""
     spec = dataclasses.replace(SPEC, grid=grid)
     phase = estimate.oracle_phase(spec, seeds=2, refine=refine, bracket=True, fuse=3)
     first, later = estimate.first_round_values(spec, bracket=True)
@@ -182,7 +182,7 @@ def test_oracle_never_trains_more_than_the_plan_says(tmp_path, grid, refine, run
         counts.append((runner.trainings, runner.trials))
         for cycle, values in runner.rounds.items():
             assert len(values) <= 1 + refine and values[0] <= (later if cycle else first), (cycle, values)
-            assert all(v <= estimate.MOST_ORACLE_VALUES_PER_ROUND for v in values[1:]), (cycle, values)
+            assert all(v <= racing.MOST_NEW_VALUES_PER_ROUND for v in values[1:]), (cycle, values)
     assert max(c[0] for c in counts) <= phase.most and max(c[1] for c in counts) <= phase.most_trials
     assert min(c[1] for c in counts) < min(c[0] for c in counts)  # fused: fewer trials than trainings
 

@@ -95,7 +95,7 @@ def test_trials_of_a_lost_node_are_retried_elsewhere(cluster, tmp_path):
 # --- the driver killed, a checkpoint corrupted (through the command line) ----------------------------------------
 
 def oracle(out: Path, grid: str = "0.03,0.1,0.3,1.0") -> list[str]:
-    return ["oracle", "--preset", "tiny", "--cycles", "1", "--grid", grid, "--seeds", "1", "--refine", "0",
+    return ["oracle", "--preset", "tiny", "--cycles", "1", "--grid", grid, "--tuning-seeds", "1", "--refine", "0",
             "--no-bracket", "--cpus-per-trial", "1", "--out", str(out)]
 
 

@@ -27,7 +27,7 @@ from trainables import fused_native
 from trainables.models import MODELS
 from trainables.presets import PRESETS
 from trainables.pruning import MaskedWeights, apply_masks, prunable
-from trainables.spec import ExperimentSpec, OptimizerSpec
+from trainables.spec import ExperimentSpec, OptimizerSpec, SpecError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: as a 1-CPU trial runs
 # The equivalence checked here is of the algorithm, so in float64 where it is compared to 1e-6, float32 elsewhere
@@ -389,7 +389,8 @@ def test_a_graphed_fused_cycle_equals_the_eager_one_on_a_gpu(float64, tmp_path, 
     monkeypatch.setattr(trainables.fused, "GraphedStep", Recorded)
     float64(_images(8))
     spec = dataclasses.replace(IMAGE_SPEC, model="resnet20", device="cuda", epochs=6, batch_size=20,
-                               weights="continue")
+                               weights="continue", resources=dataclasses.replace(IMAGE_SPEC.resources,
+                                                                                 cuda_graphs=False))  # eager, said so
     graphed = dataclasses.replace(spec, resources=dataclasses.replace(spec.resources, cuda_graphs=True))
     lrs = [0.01, 1e10, 0.1]
     eager = run_fused_cycle(spec, cycle=0, max_lrs=lrs, seed=3, checkpoint_dirs=[tmp_path / f"e{i}" for i in range(3)])
@@ -443,8 +444,6 @@ def test_cuda_graphs_are_refused_where_they_cannot_apply():
     args = build_parser().parse_args(["compare", "--preset", "tiny", "--out", "x", "--device", "cuda",
                                       "--cuda-graphs"])
     assert spec_from_args(args).resources.cuda_graphs is True
-    assert spec_from_args(build_parser().parse_args(["compare", "--preset", "tiny", "--out", "x"])
-                          ).resources.cuda_graphs is False
     # A network without natively fused layers (DenseNet's channel concatenation runs through vmap): nothing to
     # capture, refused when its trial builds the step (no GPU is touched before that).
     from trainables.fused import step_function
@@ -560,3 +559,42 @@ def test_gpu_check_script_rehearses_every_stage_on_cpu(tmp_path):
     samples = (out / "4_utilisation.csv").read_text().splitlines()
     assert samples[0] == "time,load_1min" and len(samples) > 3
     assert (out / "4_utilisation.txt").read_text().startswith(f"samples {len(samples) - 1},")
+
+
+def _graphed(spec: ExperimentSpec, device: str, model: str = "mlp") -> bool:
+    """Whether a trial's fused step of `spec` on `device` would replay from a CUDA graph: the step function the
+    trial gets, built for real (no GPU is touched before the first step)."""
+    net = MODELS[model]((3, 32, 32) if model != "mlp" else (40,), 10)
+    fused = Fused.replicate(net, 2)
+    step = trainables.fused.step_function(fused, FusedOptimizer(spec.optimizer, fused.params), {}, spec,
+                                          torch.device(device))
+    return isinstance(step, trainables.fused.GraphedStep)
+
+
+def test_cuda_graphs_are_on_by_default_wherever_the_graphed_step_applies_and_off_without_a_word_elsewhere(capsys):
+    """Issue 51: no flag -> the fused step replays from a CUDA graph on CUDA with SGD and natively fused layers
+    (decided per trial, where its device is known: a spec's "auto" device is CUDA on a GPU worker); on the CPU,
+    with Adam or RMSProp, or through vmap, the eager step runs and nothing is said. --no-cuda-graphs opts out;
+    --cuda-graphs asks for it and is refused where it cannot apply, as before."""
+    from oracle_search.cli import build_parser, spec_from_args
+
+    def spec_of(*flags: str, optimizer: str = "sgd") -> ExperimentSpec:
+        args = build_parser().parse_args(["compare", "--preset", "tiny", "--out", "x", "--optimizer", optimizer,
+                                          *flags])
+        return spec_from_args(args)
+
+    default = spec_of()
+    assert default.resources.cuda_graphs is None  # decided by each trial
+    assert _graphed(default, "cuda") and _graphed(spec_of("--device", "cuda"), "cuda")
+    assert not _graphed(default, "cpu")
+    assert not _graphed(spec_of(optimizer="adam"), "cuda") and not _graphed(spec_of(optimizer="rmsprop"), "cuda")
+    assert not _graphed(dataclasses.replace(default, model="densenet40"), "cuda", "densenet40")  # vmap: nothing
+    assert capsys.readouterr() == ("", "")  # off without a word
+    opted_out = spec_of("--no-cuda-graphs")
+    assert opted_out.resources.cuda_graphs is False and not _graphed(opted_out, "cuda")
+    asked = spec_of("--device", "cuda", "--cuda-graphs", optimizer="rmsprop")
+    assert asked.resources.cuda_graphs is True and _graphed(asked, "cuda")
+    with pytest.raises(SpecError, match="cuda-graphs"):  # asked for where it cannot apply: refused, as before
+        spec_of("--device", "cpu", "--cuda-graphs")
+    with pytest.raises(SpecError, match="cuda-graphs.*vmap"):
+        _graphed(dataclasses.replace(asked, model="densenet40", optimizer=OptimizerSpec("sgd")), "cuda", "densenet40")

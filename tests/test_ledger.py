@@ -78,7 +78,7 @@ def test_silo_fit_keys_carry_its_parameters_and_start_checkpoint():
     assert trial_key(study, 3, spec, 1, 0, start | {"checkpoint_hash": "f" * 64}) != key  # another start
 
 
-ORACLE = ["oracle", "--preset", "digits-mlp", "--grid", "0.01,10", "--seeds", "2", "--epochs", "3", "--cycles", "1",
+ORACLE = ["oracle", "--preset", "digits-mlp", "--grid", "0.01,10", "--tuning-seeds", "2", "--epochs", "3", "--cycles", "1",
           "--no-bracket"]
 
 

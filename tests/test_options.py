@@ -35,7 +35,7 @@ def test_a_resume_may_change_only_what_adds_work_or_says_where(tmp_path):
 
 
 @pytest.mark.parametrize("change, flag", [
-    ({"oracle": OracleOptions(seeds=2)}, "seeds"),
+    ({"oracle": OracleOptions(seeds=2)}, "tuning-seeds"),
     ({"oracle": OracleOptions(mode="exhaustive")}, "oracle"),
     ({"oracle": OracleOptions(bracket=False)}, "no-bracket"),
     ({"fit": FitOptions(seeds=2)}, "fit-seeds"),
@@ -75,8 +75,8 @@ def test_resuming_the_shared_compare_with_other_seeds_exits_2_and_writes_nothing
     out = tiny_compare.out
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     argv = [a for a in tiny_compare.argv]
-    argv[argv.index("--seeds") + 1] = "3"
+    argv[argv.index("--tuning-seeds") + 1] = "3"
     assert cli.main([*argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("oracle-search: error: seeds: ") and "oracle.seeds = 2" in err[0]
+    assert len(err) == 1 and err[0].startswith("oracle-search: error: tuning-seeds: ") and "oracle.seeds = 2" in err[0]
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before

@@ -33,7 +33,7 @@ from trainables.tune_adapter import cycle_trainable
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this test module
 
 CLI = Path(sys.executable).with_name("oracle-search")
-DIGITS = ["oracle", "--preset", "digits-mlp", "--grid", "0.02,0.05,0.1", "--seeds", "2", "--epochs", "10",
+DIGITS = ["oracle", "--preset", "digits-mlp", "--grid", "0.02,0.05,0.1", "--tuning-seeds", "2", "--epochs", "10",
           "--refine", "0", "--no-bracket"]
 SCIENCE = ["method", "stage", "seed", "cycle", "density", "max_lr", "val_acc", "test_acc", "best_epoch", "epochs",
            "diverged", "selected"]
@@ -211,7 +211,7 @@ def test_divergent_grid_value_is_never_selected(ray_local, tmp_path):
 @pytest.mark.slow
 def test_all_divergent_grid_ends_cleanly_with_a_message(ray_local, tmp_path, capfd):
     out = tmp_path / "run"
-    assert cli.main(["oracle", "--preset", "tiny", "--grid", "50,100", "--seeds", "1", "--out", str(out)]) == 0
+    assert cli.main(["oracle", "--preset", "tiny", "--grid", "50,100", "--tuning-seeds", "1", "--out", str(out)]) == 0
     assert "every max_lr diverged on some seed; the Oracle stops here" in capfd.readouterr().out
     table = read_results(out)
     assert sorted(table["max_lr"]) == [50.0, 100.0]
@@ -221,7 +221,7 @@ def test_all_divergent_grid_ends_cleanly_with_a_message(ray_local, tmp_path, cap
 @pytest.mark.slow
 def test_refinement_and_brackets_train_the_same_values_on_every_seed(ray_local, tmp_path):
     out = tmp_path / "run"
-    assert cli.main(["oracle", "--oracle", "exhaustive", "--preset", "tiny", "--seeds", "2", "--refine", "2",
+    assert cli.main(["oracle", "--oracle", "exhaustive", "--preset", "tiny", "--tuning-seeds", "2", "--refine", "2",
                      "--out", str(out)]) == 0
     table = read_results(out)
     grid = list(TINY.grid)
@@ -247,7 +247,7 @@ def test_refinement_and_brackets_train_the_same_values_on_every_seed(ray_local, 
 @pytest.mark.slow
 def test_a_rerun_with_other_options_never_reuses_trials_of_another_chain(ray_local, tmp_path):
     out = str(tmp_path / "rechain")
-    base = ["oracle", "--preset", "tiny", "--cycles", "1", "--grid", "0.02,0.3", "--seeds", "1", "--refine", "0",
+    base = ["oracle", "--preset", "tiny", "--cycles", "1", "--grid", "0.02,0.3", "--tuning-seeds", "1", "--refine", "0",
             "--out", out]
     assert cli.main(base) == 0
     first = read_results(Path(out))
@@ -266,7 +266,7 @@ def test_a_rerun_with_other_options_never_reuses_trials_of_another_chain(ray_loc
 @pytest.mark.slow
 def test_fused_oracle_trains_each_cycles_values_as_one_trial_and_chooses_as_separate_runs(ray_local, tmp_path):
     # float32: under bf16 one batched matmul and K separate ones round differently (tests/test_fused.py)
-    args = ["oracle", "--preset", "tiny", "--grid", "0.01,0.03,0.1", "--seeds", "2", "--refine", "0",
+    args = ["oracle", "--preset", "tiny", "--grid", "0.01,0.03,0.1", "--tuning-seeds", "2", "--refine", "0",
             "--no-bracket", "--no-amp"]
     assert cli.main([*args, "--fuse", "3", "--out", str(tmp_path / "fused")]) == 0
     assert cli.main([*args, "--fuse", "1", "--out", str(tmp_path / "separate")]) == 0

@@ -231,7 +231,7 @@ def test_replay_predicts_exactly_the_trainings_of_an_oracle_fused_4_on_a_fake_4_
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 4, "include_dashboard": False})
     run = tmp_path / "fused"
     try:
-        assert main(["oracle", "--preset", "tiny", "--seeds", "2", "--refine", "1", "--no-bracket", "--fuse", "4",
+        assert main(["oracle", "--preset", "tiny", "--tuning-seeds", "2", "--refine", "1", "--no-bracket", "--fuse", "4",
                      "--gpus-per-trial", "1", "--cpus-per-trial", "1", "--address", cluster.address,
                      "--out", str(run)]) == 0
     finally:

@@ -16,7 +16,7 @@ from oracle_search.cli import EXIT_FAILED
 from oracle_search.ledger import Ledger
 
 ARGV = ["compare", "--preset", "digits-mlp", "--model", "tests.fault_plugins:mlp_failing_replicate_2",
-        "--cycles", "1", "--epochs", "6", "--seeds", "2", "--eval-seeds", "2", "--trials", "0", "--refine", "0",
+        "--cycles", "1", "--epochs", "6", "--tuning-seeds", "2", "--eval-seeds", "2", "--trials", "0", "--refine", "0",
         "--replicates", "2"]
 
 

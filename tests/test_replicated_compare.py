@@ -15,7 +15,7 @@ import pytest
 from conftest import cli, ray_env, run_until
 
 # Trainings of about two seconds (32 epochs), long against Tune's own time per trial, so an idle slot would show.
-ARGV = ["compare", "--preset", "tiny", "--trials", "2", "--seeds", "2", "--eval-seeds", "2", "--refine", "1",
+ARGV = ["compare", "--preset", "tiny", "--trials", "2", "--tuning-seeds", "2", "--eval-seeds", "2", "--refine", "1",
         "--epochs", "32", "--cycles", "1", "--replicates", "2", "--cpus-per-trial", "0.5"]
 SLOTS = 4
 # A trial's time outside its started/finished pair (Tune handing it to an actor, its report). Measured on 2 cores:

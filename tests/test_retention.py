@@ -116,7 +116,7 @@ def test_a_trial_from_a_gone_checkpoint_has_its_start_trained_again_and_all_keep
     from oracle_search.trials import cycle_trial, oracle_trial
 
     out = tmp_path / policy
-    assert cli.main(["oracle", "--preset", "tiny", "--cycles", "1", "--grid", "0.02,0.1,0.3", "--seeds", "1",
+    assert cli.main(["oracle", "--preset", "tiny", "--cycles", "1", "--grid", "0.02,0.1,0.3", "--tuning-seeds", "1",
                      "--refine", "0", "--no-bracket", "--keep-checkpoints", policy, "--out", str(out)]) == 0
     rows = Ledger(out).rows()
     assert len(rows) == 6
@@ -294,7 +294,7 @@ def test_silo_papers_delta_chains_pass_cycle_one_after_the_oracle_chose_another_
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"ONEDNN_MAX_CPU_ISA": "AVX2",
                                                                           "ATEN_CPU_CAPABILITY": "avx2"}
-    done = subprocess.run([CLI, "oracle", "--seed", "10000", "--cycles", "2", "--precision", "fp32",
+    done = subprocess.run([CLI, "oracle", "--base-seed", "10000", "--cycles", "2", "--precision", "fp32",
                            "--out", str(out)], env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = Ledger(out).rows()
@@ -322,7 +322,7 @@ def test_compare_completes_after_a_chosen_checkpoint_of_the_oracle_was_deleted_b
     from conftest import TINY_COMPARE, cli
 
     out = tmp_path / "run"
-    assert cli(["oracle", "--preset", "tiny", "--seeds", "2", "--refine", "1", "--out", str(out)]) == 0
+    assert cli(["oracle", "--preset", "tiny", "--tuning-seeds", "2", "--refine", "1", "--out", str(out)]) == 0
     dense = [r for r in Ledger(out).rows() if r["cycle"] == 0 and r.get("selected")]
     assert len(dense) == 2
     for row in dense:

@@ -334,11 +334,25 @@ class GraphedStep:
         return self.losses
 
 
+GRAPHED_BY_DEFAULT = ("sgd",)  # the optimizers whose graphed step was measured (speed on an H100, equality in float64)
+
+
+def graphs_apply(spec: ExperimentSpec, device: torch.device, fused: Fused) -> bool:
+    """Whether the fused step replays from a CUDA graph: as the spec says when it says (`Resources.cuda_graphs`
+    True or False), else wherever the graphed step supports the trial, decided here, where the trial's device is
+    known (a spec's "auto" device is CUDA only on a GPU worker): on CUDA, with SGD, and a network with natively
+    fused layers (the vmap path has none to capture). Elsewhere the eager step runs, without a word."""
+    asked = spec.resources.cuda_graphs
+    if asked is not None:
+        return asked
+    return device.type == "cuda" and spec.optimizer.name in GRAPHED_BY_DEFAULT and fused.net is not None
+
+
 def step_function(fused: Fused, optimizer: FusedOptimizer, masks: Masks, spec: ExperimentSpec,
                   device: torch.device) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The fused step as a trial takes it, (x, y, lr) -> per-slot losses: replayed from a CUDA graph where the spec
-    asks for one (`GraphedStep`; the spec allows it on CUDA only), else `fused_step`."""
-    if not spec.resources.cuda_graphs:
+    """The fused step as a trial takes it, (x, y, lr) -> per-slot losses: replayed from a CUDA graph where
+    `graphs_apply` says so (`GraphedStep`; asked for, the spec allows it on CUDA only), else `fused_step`."""
+    if not graphs_apply(spec, device, fused):
         return functools.partial(fused_step, fused, optimizer, masks, spec=spec, device=device)
     if fused.net is None:
         raise SpecError("cuda-graphs", f"{spec.model} has no natively fused layers to capture (it runs through "

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from trainables.fields import flag
+
 SCHEDULE_NAMES = ("constant", "decay", "cyclical", "warmup", "cosine", "silo")
 
 
@@ -17,17 +19,17 @@ SCHEDULE_NAMES = ("constant", "decay", "cyclical", "warmup", "cosine", "silo")
 class SiloParams:
     """Algorithm 1's parameters: max_lr rises from epsilon to epsilon + delta in an S-shape after cycle q."""
 
-    epsilon: float = 0.1
-    delta: float = 0.4
-    q: int = 1
-    beta: float = 5.0
+    epsilon: float = flag(0.1, "epsilon", "the dense cycles' max_lr")
+    delta: float = flag(0.4, "delta", "the rise: max_lr tends to epsilon + delta")
+    q: int = flag(1, "q", "the last cycle before the rise")
+    beta: float = flag(5.0, "beta", "the rise's steepness")
 
 
 @dataclass(frozen=True)
 class ScheduleSpec:
     """A schedule by name plus its shape; all positions are fractions of the cycle's iterations."""
 
-    name: str = "warmup"
+    name: str = flag("warmup", "schedule", "LR schedule within a cycle", dest="schedule", choices=SCHEDULE_NAMES)
     warmup: float = 0.1  # LR warmup's b: linear rise from 0 to the peak over this fraction
     drops: tuple[float, ...] = (0.6, 0.8)  # LR warmup's c, d, e: 10x drop at each
     decay_length: float = 1.0  # LR decay's b

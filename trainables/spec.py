@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainables.errors import SpecError  # noqa: F401  (re-exported: the spec's error)
+from trainables.fields import flag
+from trainables.grids import parse_grid
 from trainables.schedules import SCHEDULE_NAMES, ScheduleSpec, SiloParams
 from trainables.sources import spec_sources
 
@@ -37,7 +39,7 @@ CHAIN_KINDS = ("model", "dataset", "pruner")
 
 @dataclass(frozen=True)
 class OptimizerSpec:
-    name: str = "sgd"
+    name: str = flag("sgd", "optimizer", "sgd | adam | rmsprop", dest="optimizer")
     momentum: float = 0.9  # SGD momentum; RMSProp's too
     weight_decay: float = 1e-4
 
@@ -49,19 +51,32 @@ KEEP_CHECKPOINTS = ("chain", "all")  # Resources.keep_checkpoints
 class Resources:
     """Where and how wide trials run; never part of the science fingerprint."""
 
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0
-    max_concurrent: int = 0  # 0: as many as the cluster fits
-    storage_path: str | None = None  # a shared folder or cloud URI; default: under --out
+    cpus_per_trial: float = flag(1.0, "cpus-per-trial", "CPUs per trial (fractions allowed)")
+    gpus_per_trial: float = flag(0.0, "gpus-per-trial", "GPUs per trial (fractions pack trials onto one GPU)")
+    max_concurrent: int = flag(0, "max-concurrent", "most trials at once (0: as many as fit)")
+    storage_path: str | None = flag(None, "storage-path", "Tune storage: a shared folder or cloud URI (default: "
+                                    "$ORACLE_SEARCH_STORAGE, else under --out)")
     # CUDA trials: let cuDNN time its convolution algorithms once per shape (shapes are fixed within a trial). Off
     # until a GPU has measured it faster; it may pick other algorithms, equal within float tolerance, not bitwise.
-    cudnn_benchmark: bool = False
-    # Fused CUDA trials: replay each training step from a CUDA graph (trainables.fused.GraphedStep). Off until a GPU
-    # has measured it faster; equal to the eager step within float tolerance.
-    cuda_graphs: bool = False
+    cudnn_benchmark: bool = flag(False, "cudnn-benchmark", "CUDA trials: let cuDNN time its convolution algorithms "
+                                 "per shape (off by default until a GPU has measured it faster; results equal within "
+                                 "float tolerance, not bitwise)")
+    # Fused CUDA trials: replay each training step from a CUDA graph (trainables.fused.GraphedStep). None (the
+    # default): wherever the graphed step supports the trial (`fused.graphs_apply`: CUDA, fused SGD, natively fused
+    # layers), measured never slower on an H100 and equal to the eager step within float tolerance; True: asked
+    # for, refused where it cannot apply; False: never.
+    cuda_graphs: bool | None = flag(None, "cuda-graphs", "fused CUDA trials: replay each training step from a CUDA "
+                                    "graph, one launch instead of ~1,000 (default: on wherever it applies, CUDA "
+                                    "trials fused with sgd, off without a word elsewhere; --cuda-graphs asks for it "
+                                    "(refused off CUDA and with adam; rmsprop graphs only when asked), "
+                                    "--no-cuda-graphs opts out; 1.03-4.8x faster on an H100, results equal within "
+                                    "float tolerance)")
     # Checkpoints: "chain" deletes each once no chain, resume or completion can start from it
     # (oracle_search.retention); "all" keeps every one.
-    keep_checkpoints: str = "chain"
+    keep_checkpoints: str = flag("chain", "keep-checkpoints", "chain (default): delete each checkpoint once no "
+                                 "chain, resume or completion can start from it, keeping the Oracle's chosen chain "
+                                 "and each final run's last cycle; all: keep every one (VGG-19: about 100 MB each)",
+                                 choices=KEEP_CHECKPOINTS)
 
     @property
     def threads(self) -> int:
@@ -76,31 +91,52 @@ def trial_threads(cpus: float) -> int:
 @dataclass(frozen=True)
 class ExperimentSpec:
     preset: str = "custom"
-    model: str = "mlp"
-    dataset: str = "mnist1d"
-    data_dir: str | None = None
-    pruner: str = "global_magnitude"
-    loss: str = "cross_entropy"  # or package.module:fn, (logits, targets) -> scalar tensor (trainables.plugins)
-    rate: float = 0.2
-    prune_output: bool = True  # False: the output layer keeps all its weights (OpenLTH's CIFAR setting)
-    cycles: int = 5
-    epochs: int = 20
-    batch_size: int = 128
+    model: str = flag("mlp", "model", "network: a registry name (see `presets`) or package.module:builder, a "
+                      "callable (input_shape, num_classes) -> nn.Module")
+    dataset: str = flag("mnist1d", "dataset", "mnist1d | digits | synthetic | cifar10 | cifar100 | imagenet, or "
+                        "package.module:loader, a callable (spec) -> trainables.data.TensorData (tensors in memory) "
+                        "or trainables.data.DatasetSplits (torch Datasets, streamed by a DataLoader) with its own "
+                        "train/val/test split")
+    data_dir: str | None = flag(None, "data-dir", "folder holding the dataset (CIFAR in torchvision's format); also "
+                                "the MNIST-1D cache")
+    pruner: str = flag("global_magnitude", "pruner", "pruning method, e.g. global_magnitude, or "
+                       "package.module:score, a callable (model, masks, batches) -> scores (global selection) or a "
+                       "trainables.pruning.Pruner")
+    # or package.module:fn, (logits, targets) -> scalar tensor (trainables.plugins)
+    loss: str = flag("cross_entropy", "loss", "training loss: cross_entropy (default), or package.module:fn, a "
+                     "callable (logits, targets) -> scalar tensor (validation and test accuracy stay top-1)")
+    rate: float = flag(0.2, "rate", "fraction of the remaining weights pruned per cycle (0, 1)")
+    # False: the output layer keeps all its weights (OpenLTH's CIFAR setting)
+    prune_output: bool = flag(True, "keep-output-dense", "never prune the output layer (OpenLTH's setting for its "
+                              "CIFAR models)")
+    cycles: int = flag(5, "cycles", "pruning cycles L after the dense one")
+    epochs: int = flag(20, "epochs", "training epochs per cycle")
+    batch_size: int = flag(128, "batch-size", "training batch size")
     optimizer: OptimizerSpec = OptimizerSpec()
     schedule: ScheduleSpec = ScheduleSpec()
-    weights: str = "continue"  # after pruning: continue | rewind (to epoch rewind_epoch of cycle 0) | reinit
-    rewind_epoch: int = 0
+    # after pruning: continue | rewind (to epoch rewind_epoch of cycle 0) | reinit
+    weights: str = flag("continue", "weights", "after pruning: continue | rewind | reinit")
+    rewind_epoch: int = flag(0, "rewind-epoch", "epoch of cycle 0 that --weights rewind returns to")
     val_fraction: float = 0.15
     test_fraction: float = 0.15  # for datasets without their own test split
-    num_samples: int = 0  # 0: the dataset's own size (MNIST-1D: how many to generate)
+    # 0: the dataset's own size (MNIST-1D: how many to generate)
+    num_samples: int = flag(0, "num-samples", "dataset size (MNIST-1D: samples generated; others: training pool)")
     split_seed: int = 0  # fixes the train/val/test split for every trial
-    seed: int = 0  # the first trial seed; --seeds S uses seed .. seed+S-1
-    device: str = "auto"
-    precision: str = "auto"  # auto | bf16 | fp16 | fp32 (trainables.precision; a run records what auto became)
+    # The base seed: the first tuning seed (--tuning-seeds S uses seed .. seed+S-1), replicate r's + 10000 (r - 1).
+    seed: int = flag(0, "base-seed", "the base seed: the first tuning seed (the evaluation seeds follow the tuning "
+                     "seeds; replicate r's base seed is this + 10000 (r - 1)); `cycle`: the seed of its training",
+                     aliases=("seed",))
+    device: str = flag("auto", "device", "auto | cpu | cuda")
+    # auto | bf16 | fp16 | fp32 (trainables.precision; a run records what auto became)
+    precision: str = flag("auto", "precision", "arithmetic of the forward pass (default auto: what the trials' "
+                          "device runs natively: bf16 on CUDA capability >= 8.0 and on CPUs with avx512_bf16 or AMX, "
+                          "fp16 with a gradient scaler on older GPUs, fp32 elsewhere; a resumed run keeps its "
+                          "recorded precision)", choices=PRECISIONS)
     channels_last: bool = True  # image models on CUDA only
     compile: bool = False  # torch.compile the model (CUDA)
     score_batches: int = 8  # batches whose gradients the gradient pruners accumulate
-    grid: tuple[float, ...] = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
+    grid: tuple[float, ...] = flag((0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64), "grid", "max_lr values: 0.01,0.02, "
+                                   "log:LO:HI:N or lin:LO:HI:STEP (default: the preset's grid)", type=parse_grid)
     resources: Resources = field(default_factory=Resources)
 
     def __post_init__(self) -> None:
