@@ -48,11 +48,11 @@ def _seeds(run: Path) -> set[int]:
     return set(int(s) for s in read_results(run)["seed"].unique())
 
 
-def check_replicates(runs: list[Path], out: Path) -> None:
+def check_replicates(runs: list[Path], out: Path | None) -> None:
     """SpecError (exit 2, one line, nothing written) unless the runs are of one spec but for the base seed and no
-    seed is in two of them, and `out` is none of them."""
+    seed is in two of them, and `out` (where given) is none of them."""
     resolved = [Path(r).resolve() for r in runs]
-    if Path(out).resolve() in resolved:
+    if out is not None and Path(out).resolve() in resolved:
         raise SpecError("out", f"{out} is one of the runs: the report over them goes to a folder of its own")
     if len(set(resolved)) < len(resolved):
         raise SpecError("RUN", "a run is given twice")
