@@ -4,7 +4,7 @@ Over replicates the unit is a replicate (each replicate's mean over its evaluati
 tuning seeds' chains), so the std is the spread between whole studies; in one run the unit is a seed. A chain that
 diverged is left out of its unit (never averaged; `tables.per_seed_accuracy`), and n says how many units remain.
 
-- `units(frames)`: one row per (method, cycle, unit) with its accuracy.
+- `units(frames, unit)`: one row per (method, cycle, unit) with its accuracy; unit "seed" or "replicate".
 - `summary(units)`: per (method, cycle): density, mean, std, n and the 95 % t interval of the mean.
 - `pick(summary, densities)`: the cycles whose λ are the ones asked for (ValueError naming the ones that are not).
 - `paper_table(summary, densities, over)`: the paper's format, mean ± std, best mean in bold.
@@ -25,11 +25,13 @@ UNITS = ["method", "cycle", "density", "unit", "acc"]
 SUMMARY = ["method", "cycle", "density", "mean", "std", "n", "ci_lo", "ci_hi"]
 
 
-def units(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """One results table: its seeds are the units. Several (name -> table, the replicates of one study): each
-    replicate's mean over its seeds is one unit."""
+def units(frames: dict[str, pd.DataFrame], unit: str) -> pd.DataFrame:
+    """`unit` "seed": every seed of every table is a unit (one run). "replicate": each table (name -> table, the
+    replicates of one study) is one unit, its mean over its seeds."""
+    if unit not in ("seed", "replicate"):
+        raise ValueError(f"unit: 'seed' or 'replicate', not {unit!r}")
     records = []
-    one = len(frames) == 1
+    one = unit == "seed"
     for name, df in frames.items():
         lam = cycle_densities(df)
         for m in methods(df):

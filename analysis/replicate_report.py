@@ -271,7 +271,7 @@ def _paper_sections(reps: list[Replicate], spec: dict | None, links: Section) ->
 
 def _accuracy(reps: list[Replicate]) -> pd.DataFrame:
     """Test accuracy per method and cycle over the replicates (`paper_table.summary`)."""
-    return paper_table.summary(paper_table.units({r.name: r.rows for r in reps}))
+    return paper_table.summary(paper_table.units({r.name: r.rows for r in reps}, "replicate"))
 
 
 def _paper_format(reps: list[Replicate]) -> Table | None:

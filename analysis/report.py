@@ -181,7 +181,7 @@ def _accuracy_section(df: pd.DataFrame) -> Section:
     if table is None:
         section.notes.append("No final or selected rows: accuracy table left out.")
         return section
-    section.tables += [table, paper_table.paper_table(paper_table.summary(paper_table.units({"run": df})),
+    section.tables += [table, paper_table.paper_table(paper_table.summary(paper_table.units({"run": df}, "seed")),
                                                       over="seeds")]
     if not set(df["method"]) - {"oracle", "silo_paper", "silo_fit"}:
         section.notes.append("No baseline rows: baselines left out.")

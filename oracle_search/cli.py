@@ -451,7 +451,7 @@ def cmd_paper_table(args: argparse.Namespace) -> int:
         check_replicates(runs, None)  # one spec, disjoint seeds: else exit 2
     frames = {run.name if len(set(r.name for r in runs)) == len(runs) else str(run):
               results_frame(read_results(run).to_dict("records")) for run in runs}
-    data = summary(units(frames))
+    data = summary(units(frames, "replicate" if len(runs) > 1 else "seed"))
     if data.empty:
         raise SpecError("RUN", "no final or selected rows: no test accuracy to tabulate")
     try:

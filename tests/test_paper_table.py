@@ -21,7 +21,7 @@ def shifted(df: pd.DataFrame, points: float) -> pd.DataFrame:
 
 
 def test_one_runs_table_is_mean_and_std_over_its_seeds_at_the_densities_chosen():
-    data = summary(units({"run": accuracy_rows()}))
+    data = summary(units({"run": accuracy_rows()}, "seed"))
     table = paper_table(data, over="seeds")
     assert table.cells.columns.tolist() == ["Method", "λ = 100 %", "λ = 80 %"]
     # Oracle: seeds 80, 81, 82 then 70, 72, 71 (std 1); SILO (paper): 79 and 81, then 75 alone (no std).
@@ -41,7 +41,7 @@ def test_one_runs_table_is_mean_and_std_over_its_seeds_at_the_densities_chosen()
 
 
 def test_the_tables_render_as_markdown_and_booktabs_latex():
-    table = paper_table(summary(units({"run": accuracy_rows()})), over="seeds")
+    table = paper_table(summary(units({"run": accuracy_rows()}, "seed")), over="seeds")
     md = render.markdown(table.cells, table.bold)
     assert [c.strip() for c in md.splitlines()[0].split("|")[1:4]] == ["Method", "λ = 100 %", "λ = 80 %"]
     assert "| SILO (fit)   | **82.00 ± 0.71** |" in md
@@ -53,7 +53,7 @@ def test_the_tables_render_as_markdown_and_booktabs_latex():
 
 def test_over_replicates_each_replicates_mean_is_one_value_and_the_interval_sits_beside_the_std():
     base = accuracy_rows()
-    data = summary(units({"replicate-1": base, "replicate-2": shifted(base, 2.0)}))
+    data = summary(units({"replicate-1": base, "replicate-2": shifted(base, 2.0)}, "replicate"))
     oracle = data[(data["method"] == "oracle") & (data["cycle"] == 0)].iloc[0]
     assert (oracle["mean"], oracle["n"]) == (82.0, 2)  # seed means 81 and 83
     assert oracle["std"] == pytest.approx(math.sqrt(2))
@@ -64,6 +64,9 @@ def test_over_replicates_each_replicates_mean_is_one_value_and_the_interval_sits
     assert cells.loc["SILO (paper)", "λ = 80 %"] == f"76.00 ± 1.41 [{76 - half:.2f}, {76 + half:.2f}]"
     assert paper_table(data).cells.set_index("Method").loc["Oracle", "λ = 100 %"] == "82.00 ± 1.41"
     assert "over replicates (n = 2;" in paper_table(data).verdict
+    # One replicate is one unit, not its seeds: its seed mean, no std, no interval.
+    alone = summary(units({"replicate-1": base}, "replicate"))
+    assert interval_table(alone).cells.set_index("Method").loc["Oracle", "λ = 100 %"] == "81.00"
 
 
 def test_the_command_prints_a_runs_table_or_the_replicates_and_refuses_a_density_no_cycle_has(capsys):
