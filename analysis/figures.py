@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -78,14 +79,60 @@ def max_lr_figure(pooled: pd.DataFrame, per_seed: pd.DataFrame, silo: dict[str, 
         k = np.linspace(0, cycles, 200)
         ax.plot(100.0 * (1.0 - rate) ** k, scale * theory_lr(k, rate, **theory), color="tab:green",
                 label="theory α ∝ C^(-1/2) (σ_X={sigma_x:g}, σ_W={sigma_w:g}, d={d:g})".format(**theory))
+    _log_max_lr_axis(ax)
+    _density_axis(ax, pd.Series(lam))
+    ax.legend(fontsize=8)
+    return png(fig)
+
+
+def _log_max_lr_axis(ax) -> None:
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(_log_label))
     low, high = ax.get_ylim()
     # Within one decade the 1-2-5 ticks may all fall outside the view: then label every tick.
     ax.yaxis.set_minor_formatter(FuncFormatter(_log_label if high / low >= 10 else lambda v, _p=None: f"{v:g}"))
     ax.set_ylabel("max_lr")
+
+
+REPLICATE_SILO_STYLE = {"silo_paper": ("s", "--"), "silo_fit": ("D", ":")}
+
+
+def max_lr_replicates_figure(reps: list[tuple[str, pd.DataFrame, dict[str, dict]]], rate: float, cycles: int,
+                             theory: dict) -> bytes:
+    """The paper's max_lr figure over replicates: per replicate (name, `oracle_intervals` frame, SILO parameters by
+    method), in one colour each, the Oracle's b with its paper interval as bars and every SILO variant's curve (SILO
+    (paper) dashed, SILO (fit) dotted); the replicates' bars side by side around each density; the theory curve
+    scaled to the replicates' geometric-mean dense b."""
+    fig = Figure(figsize=(9, 4.8))
+    ax = fig.add_subplot()
+    m = np.arange(cycles + 1)
+    lam = 100.0 * (1.0 - rate) ** m
+    dense = []
+    for i, (name, pooled, silo) in enumerate(reps):
+        colour = colormaps["tab10"](i % 10)
+        shift = 1.025 ** (i - (len(reps) - 1) / 2)  # the replicates' bars apart, on the log axis
+        if not pooled.empty:
+            best = pooled["best_max_lr"]
+            ax.errorbar(pooled["density"] * shift, best, yerr=[best - pooled["lo"], pooled["hi"] - best], fmt="o-",
+                        capsize=3, color=colour, linewidth=1.2, label=f"{name}: Oracle b, paper interval")
+            dense += list(pooled.loc[pooled["cycle"] == 0, "best_max_lr"])
+        for method, params in silo.items():
+            marker, style = REPLICATE_SILO_STYLE.get(method, ("s", "-."))
+            ax.plot(lam, silo_curve(m, **params, rate=rate), marker=marker, linestyle=style, markersize=4,
+                    color=colour, alpha=0.8, label=f"{name}: {label(method)}")
+    if dense:
+        scale = float(np.exp(np.mean(np.log(dense))))
+        k = np.linspace(0, cycles, 200)
+        ax.plot(100.0 * (1.0 - rate) ** k, scale * theory_lr(k, rate, **theory), color="black", linewidth=1.0,
+                label="theory α ∝ C^(-1/2) (σ_X={sigma_x:g}, σ_W={sigma_w:g}, d={d:g}), at the mean dense b"
+                .format(**theory))
+    _log_max_lr_axis(ax)
     _density_axis(ax, pd.Series(lam))
-    ax.legend(fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()  # matplotlib lists error bars last: by replicate instead
+    order = [lb for name, _, silo in reps for lb in (f"{name}: Oracle b, paper interval",
+                                                     *(f"{name}: {label(m)}" for m in silo))]
+    ranked = sorted(zip(handles, labels), key=lambda hl: order.index(hl[1]) if hl[1] in order else len(order))
+    ax.legend(*zip(*ranked), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return png(fig)
 
 
@@ -166,39 +213,55 @@ def regret_figure(regret: pd.DataFrame, lam: pd.Series, labels: dict[str, str], 
     return png(fig)
 
 
-SLOT_HATCHES = ("", "//", "..", "xx", "\\\\", "++", "oo", "--")
+def replicate_order(names) -> list[str]:
+    """Replicate names in their number's order (replicate-2 before replicate-10), whatever order they come in."""
+    def key(name: str) -> tuple[int, str]:
+        number = re.search(r"(\d+)$", name)
+        return (int(number.group(1)) if number else 0, name)
+    return sorted(dict.fromkeys(str(n) for n in names), key=key)
+
+
+def replicate_colours(names: list[str]) -> dict[str, tuple]:
+    """One colour each (Dark2, apart from the phases' tab10), in `replicate_order`."""
+    return {r: colormaps["Dark2"](i % 8) for i, r in enumerate(replicate_order(names))}
 
 
 def slots_figure(lanes: pd.DataFrame) -> bytes:
     """Trainings over time (`analysis.slots.slot_lanes`): one bar per training from its start to its finish, on its
-    lane, coloured by phase and, when the lanes carry a `replicate` column, hatched by replicate. Lanes are a
-    packing of the intervals, not actors."""
+    lane, coloured by phase; when the lanes carry a `replicate` column with several replicates, a second panel
+    draws the same bars coloured by replicate (legend in the replicates' order). Lanes are a packing of the
+    intervals, not actors."""
     present = set(lanes["phase"])
     phases = [p for p in PHASES if p in present] + sorted(present - set(PHASES))
-    colours = {p: colormaps["tab10"](i % 10) for i, p in enumerate(phases)}
+    panels = [("phase", {p: colormaps["tab10"](i % 10) for i, p in enumerate(phases)})]
     if "replicate" in lanes:
         lanes = lanes.assign(replicate=lanes["replicate"].astype(str))
-    replicates = list(dict.fromkeys(lanes["replicate"])) if "replicate" in lanes else []
-    hatches = {r: SLOT_HATCHES[i % len(SLOT_HATCHES)] for i, r in enumerate(replicates)}
+        if lanes["replicate"].nunique() > 1:
+            panels.append(("replicate", replicate_colours(list(lanes["replicate"]))))
     n = int(lanes["lane"].max()) + 1 if len(lanes) else 0
-    fig = Figure(figsize=(8, min(2.0 + 0.3 * n, 12.0)))
-    ax = fig.add_subplot()
-    keys = ["lane", "phase"] + (["replicate"] if replicates else [])
-    for key, group in lanes.groupby(keys, sort=False, dropna=False):
-        lane, name = key[0], key[1]
-        bars = list(zip(group["start_s"], group["end_s"] - group["start_s"]))
-        ax.broken_barh(bars, (lane - 0.4, 0.8), facecolors=colours[name], edgecolor="black", linewidth=0.4,
-                       hatch=hatches[key[2]] if replicates else None)
-    handles = [Patch(facecolor=colours[p], edgecolor="black", linewidth=0.4, label=p) for p in phases]
-    if len(replicates) > 1:
-        handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[r], label=str(r) if str(r).startswith("replicate") else f"replicate {r}")
-                    for r in replicates]
-    ax.set_yticks(range(n))
-    ax.set_ylim(-0.6, n - 0.4)
-    ax.invert_yaxis()
-    ax.set_ylabel("lane (a packing, not an actor)")
-    ax.set_xlabel("seconds since the first training started")
-    ax.grid(True, axis="x", alpha=0.3)
-    if handles:
-        ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    height = min(2.0 + 0.3 * n, 12.0 / len(panels))
+    fig = Figure(figsize=(8, height * len(panels)))
+    # Many short bars drawn with edges turn black: then the colours alone.
+    edges = {"edgecolor": "black", "linewidth": 0.4} if len(lanes) <= 200 else {"edgecolor": "none"}
+    first = None
+    for i, (column, palette) in enumerate(panels):
+        ax = fig.add_subplot(len(panels), 1, i + 1, sharex=first)
+        first = first or ax
+        for (lane, value), group in lanes.groupby(["lane", column], sort=False):
+            bars = list(zip(group["start_s"], group["end_s"] - group["start_s"]))
+            ax.broken_barh(bars, (lane - 0.4, 0.8), facecolors=palette[value], **edges)
+        handles = [Patch(facecolor=c, edgecolor="black", linewidth=0.4,
+                         label=v if column == "phase" or v.startswith("replicate") else f"replicate {v}")
+                   for v, c in palette.items()]
+        ax.set_yticks(range(n))
+        ax.set_ylim(-0.6, n - 0.4)
+        ax.invert_yaxis()
+        ax.set_ylabel("lane (a packing)")
+        ax.grid(True, axis="x", alpha=0.3)
+        if len(panels) > 1:
+            ax.set_title(f"coloured by {column}", fontsize=9, loc="left")
+            ax.tick_params(labelbottom=i == len(panels) - 1)
+        if handles:
+            ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.axes[-1].set_xlabel("seconds since the first training started")
     return png(fig)

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
 
-from analysis import render
+from analysis import paper_table, premises, render
 from analysis.files import read_spec
 from analysis.intervals import oracle_intervals
 from analysis.regret import Regret, analyse
 from analysis.replicates import aggregate, comparisons
-from analysis.report import Plot, Section, estimate_note, html_page, markdown_page
+from analysis.over_replicates import Intervals, max_lr_plot, section_table
+from analysis.report import (DEFAULT_DIM, INPUT_DIMS, THEORY, Plot, Section, estimate_note, html_page,
+                             markdown_page)
 from analysis.select import label, silo_params
 from analysis.tables import VERDICT_MARKS, Table
 from analysis.verdict_sentences import ci_text, fmt_lr
@@ -46,11 +49,11 @@ def _seeds(run: Path) -> set[int]:
     return set(int(s) for s in read_results(run)["seed"].unique())
 
 
-def check_replicates(runs: list[Path], out: Path) -> None:
+def check_replicates(runs: list[Path], out: Path | None) -> None:
     """SpecError (exit 2, one line, nothing written) unless the runs are of one spec but for the base seed and no
-    seed is in two of them, and `out` is none of them."""
+    seed is in two of them, and `out` (where given) is none of them."""
     resolved = [Path(r).resolve() for r in runs]
-    if Path(out).resolve() in resolved:
+    if out is not None and Path(out).resolve() in resolved:
         raise SpecError("out", f"{out} is one of the runs: the report over them goes to a folder of its own")
     if len(set(resolved)) < len(resolved):
         raise SpecError("RUN", "a run is given twice")
@@ -319,6 +322,61 @@ def needed_line(verdict: pd.DataFrame) -> str:
                   "would reproduce the label if the true effect were the observed one: optimistic, not a plan."
 
 
+# --- the paper's figure and tables over the replicates; the links --------------------------------------------
+
+def _paper_sections(reps: list[Replicate], spec: dict | None, links: Section) -> list[Section]:
+    """The paper's max_lr figure and §5.3 table over the replicates, the accuracy over them, the `links` to each
+    replicate's report, and where the runs contradict the paper's premises (that section only where one does)."""
+    sets = [Intervals.read(r.name, r.rows, spec) for r in reps]
+    dataset = (spec or {}).get("dataset")
+    theory = {**THEORY, "d": INPUT_DIMS.get(dataset, DEFAULT_DIM)}
+    table = section_table(sets)
+    max_lr = Section(table.title if table is not None else "max_lr per cycle over the replicates", plots_first=True)
+    if (png := max_lr_plot(sets, theory)) is not None:
+        max_lr.plots.append(Plot("max_lr", "max_lr against density over the replicates, one colour each: the "
+                                 "Oracle's b (seed mean) with the paper's interval as bars (each replicate's bars "
+                                 "drawn a little apart around its density), SILO (paper) dashed, SILO (fit) dotted, "
+                                 "and the theory curve α ∝ C^(-1/2) (Theorem 2, Remark 2) scaled to the replicates' "
+                                 "geometric-mean dense b" + ("" if dataset in INPUT_DIMS else
+                                                            f"; d = {DEFAULT_DIM} assumed for {dataset!r}") + ".",
+                                 png))
+    if table is not None:
+        max_lr.tables.append(table)
+    sections = [max_lr]
+    accuracy = _accuracy(reps)
+    if not accuracy.empty:
+        table = paper_table.interval_table(accuracy)
+        sections.append(Section(table.title, tables=[table]))
+    sections.append(links)
+    if contradicted := premises.over_replicates({r.name: premises.findings(r.rows) for r in reps}):
+        sections.append(Section("Where the runs contradict the paper's premises", notes_after=contradicted))
+    return sections
+
+
+def _accuracy(reps: list[Replicate]) -> pd.DataFrame:
+    """Test accuracy per method and cycle over the replicates (`paper_table.summary`)."""
+    return paper_table.summary(paper_table.units({r.name: r.rows for r in reps}, "replicate"))
+
+
+def _paper_format(reps: list[Replicate]) -> Table | None:
+    """tables/paper.md and .tex: the accuracy in the paper's format, mean ± std over the replicates."""
+    accuracy = _accuracy(reps)
+    return None if accuracy.empty else paper_table.paper_table(accuracy)
+
+
+def _links_section(reps: list[Replicate], out: Path, own_reports: bool) -> Section:
+    """Links to each replicate's own report (report.md from report.md, report.html from report.html), relative to
+    `out`; a run without its own report yet is named, with the command that writes it."""
+    section = Section("Each replicate's own report")
+    for r in reps:
+        folder = r.name if own_reports else os.path.relpath(Path(r.run).resolve(), Path(out).resolve())
+        if own_reports or all((Path(r.run) / f"report.{ext}").exists() for ext in ("md", "html")):
+            section.reports.append((f"{r.name}: {folder}", folder))
+        else:
+            section.notes.append(f"{r.name}: {folder} has no report yet (oracle-search report {folder} writes it).")
+    return section
+
+
 # --- the report -----------------------------------------------------------------------------------------------
 
 def write_replicates_report(out: Path, runs: list[Path], margin_per_cycle: float, *,
@@ -341,14 +399,20 @@ def write_replicates_report(out: Path, runs: list[Path], margin_per_cycle: float
     verdict, per = aggregate(per_replicate, margin_per_cycle)
     per["replicate"] = per["replicate"].map(dict(enumerate(names)))
     n = len(reps)
+    spec = read_spec(Path(runs[0]))
+    # The first screen: the verdict, then the paper's max_lr figure and §5.3 table over the replicates, then the
+    # accuracy, the links to each replicate's report, and where the runs contradict the paper's premises.
     first = Section(f"The answer over {n} replicate{'s' * (n != 1)}")
     if failed:
         first.notes.append(f"{n} of {of or n + len(failed)} replicates; "
                            + "; ".join(f"{name} failed: {line}" for name, line in failed.items())
                            + ". Rerun the same command to resume it; this report is then written again over all.")
-    first.tables += [answer_table(verdict, n), replicates_table(per, names)]
-    first.notes_after += disagreements(reps, per)
-    first.notes_after += [needed_line(verdict), " ".join(filter(None, [SCIENCE, multiplicity(verdict)]))]
+    first.tables.append(dataclasses.replace(answer_table(verdict, n), title=first.title))  # one heading, not two
+    sections = [first, *_paper_sections(reps, spec, _links_section(reps, out, own_reports))]
+    labels_table = replicates_table(per, names)
+    labels = Section(labels_table.title, tables=[labels_table])
+    labels.notes_after += disagreements(reps, per)
+    labels.notes_after += [needed_line(verdict), " ".join(filter(None, [SCIENCE, multiplicity(verdict)]))]
     choices = Section("The choices each replicate made", tables=[choices_table(reps)])
     cost = Section("Cost")
     rows = pd.concat([r.rows.assign(replicate=r.name) for r in reps], ignore_index=True)
@@ -356,20 +420,20 @@ def write_replicates_report(out: Path, runs: list[Path], margin_per_cycle: float
     if not lanes.empty:
         cost.plots.append(Plot("slots", f"Slots over time: each bar one training, placed on the lowest lane free at "
                                f"its start (a packing, so the lanes are the peak concurrency, not named actors); "
-                               f"colour: its phase, shading: its replicate. {len(lanes)} trainings.",
-                               figures.slots_figure(lanes)))
+                               f"coloured by its phase{', and below by its replicate' * (n > 1)}. "
+                               f"{len(lanes)} trainings.", figures.slots_figure(lanes)))
     if (note := estimate_note(out)) is not None:
         cost.notes.append(note)
-    links = Section("Each replicate's own report", notes=[
-        f"{r.name}: {Path(r.run).resolve()}/report.md" if not own_reports else f"{r.name}: {r.name}/report.md"
-        for r in reps])
-    sections = [first, choices, cost, links]
+    sections += [labels, choices, cost]
     written: dict[str, Path] = {}
     if own_reports:
         for r in reps:
             write_report(r.run, margin_per_cycle=margin_per_cycle)
     for name, frame in (("verdict", verdict), ("replicates", per)):
         written[f"tables/{name}.csv"] = atomic_write_bytes(out / "tables" / f"{name}.csv", frame.to_csv(index=False))
+    if (paper := _paper_format(reps)) is not None:
+        for ext, text in (("md", render.markdown(paper.cells, paper.bold)), ("tex", render.latex(paper.cells, paper.bold))):
+            written[f"tables/paper.{ext}"] = atomic_write_bytes(out / "tables" / f"paper.{ext}", text)
     for s in sections:
         for t in s.tables:
             for ext, text in (("md", render.markdown(t.cells, t.bold)), ("tex", render.latex(t.cells, t.bold))):
@@ -377,7 +441,6 @@ def write_replicates_report(out: Path, runs: list[Path], margin_per_cycle: float
         for p in s.plots:
             written[f"figures/{p.name}.png"] = atomic_write_bytes(out / "figures" / f"{p.name}.png", p.png)
     title = f"Oracle search report over {n} replicate{'s' * (n != 1)}: {reps[0].rows['experiment'].iloc[0]}"
-    spec = read_spec(Path(runs[0]))
     written["report.md"] = atomic_write_bytes(out / "report.md", markdown_page(title, spec, sections))
     written["report.html"] = atomic_write_bytes(out / "report.html", html_page(title, spec, sections))
     return written

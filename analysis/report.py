@@ -6,10 +6,11 @@ import html
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import pandas as pd
 
-from analysis import figures, render
+from analysis import figures, paper_table, premises, render
 from analysis.render import duration
 from analysis.study_figures import study_figures
 from analysis.files import ESTIMATE_FILE, read_spec
@@ -45,6 +46,8 @@ class Section:
     plots: list[Plot] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     notes_after: list[str] = field(default_factory=list)  # below the tables and figures
+    reports: list[tuple[str, str]] = field(default_factory=list)  # (text, folder): its report.md / .html, last
+    plots_first: bool = False  # the figures above the tables
 
 
 # Theorem 1's d: the width of a layer's input; for the MLPs, the dataset's input size.
@@ -159,6 +162,7 @@ def _summary_section(df: pd.DataFrame, spec: dict | None, tol: float, r: Regret,
     after = section.notes_after
     if not r.verdict.empty:
         after.append(controls_line(r))
+    after += premises.sentences(premises.findings(df))
     if (table := cost_table(df)) is not None:
         after.append(table.verdict)
     after += [n for n in (_silo_paper_note(out_dir), _silo_fit_note(out_dir)) if n is not None]
@@ -177,7 +181,8 @@ def _accuracy_section(df: pd.DataFrame) -> Section:
     if table is None:
         section.notes.append("No final or selected rows: accuracy table left out.")
         return section
-    section.tables.append(table)
+    section.tables += [table, paper_table.paper_table(paper_table.summary(paper_table.units({"run": df}, "seed")),
+                                                      over="seeds")]
     if not set(df["method"]) - {"oracle", "silo_paper", "silo_fit"}:
         section.notes.append("No baseline rows: baselines left out.")
     section.plots.append(Plot("accuracy", "Early-stop test accuracy against density, mean ± 95 % half-width "
@@ -249,20 +254,24 @@ def markdown_page(title: str, spec: dict | None, sections: list[Section]) -> str
     for s in sections:
         out.append(f"## {s.title}\n")
         out += [f"_{n}_\n" for n in s.notes]
+        tables = []
         for t in s.tables:
-            out += [f"### {t.title}\n"] * (t.title != s.title)
-            out += [f"**Verdict:** {t.verdict}\n", render.markdown(t.cells, t.bold)]
-        out += [f"![{p.caption}](figures/{p.name}.png)\n\n{p.caption}\n" for p in s.plots]
+            tables += [f"### {t.title}\n"] * (t.title != s.title)
+            tables += [f"{t.verdict}\n", render.markdown(t.cells, t.bold)]
+        plots = [f"![{p.caption}](figures/{p.name}.png)\n\n{p.caption}\n" for p in s.plots]
+        out += plots + tables if s.plots_first else tables + plots
         out += [f"{n}\n" for n in s.notes_after]
+        if s.reports:
+            out.append("".join(f"- [{text}]({quote(folder)}/report.md)\n" for text, folder in s.reports))
     if spec:
         out += ["## Settings\n", render.markdown(_spec_cells(spec))]
     return "\n".join(out)
 
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:0.5em 0 1em}th,td{border-bottom:1px solid #ccc;padding:3px 10px;text-align:right}
+table{border-collapse:collapse;margin:0.5em 0 1em;display:block;overflow-x:auto;max-width:100%}th,td{border-bottom:1px solid #ccc;padding:3px 10px;text-align:right}
 th:first-child,td:first-child{text-align:left}thead th{border-bottom:2px solid #444}
-.verdict{font-weight:600}.note{font-style:italic;color:#666}img{max-width:100%}figcaption{color:#444}"""
+.verdict{color:#333}.note{font-style:italic;color:#666}img{max-width:100%}figcaption{color:#444}"""
 
 
 def html_page(title: str, spec: dict | None, sections: list[Section]) -> str:
@@ -272,14 +281,18 @@ def html_page(title: str, spec: dict | None, sections: list[Section]) -> str:
     for s in sections:
         out.append(f"<h2>{e(s.title)}</h2>")
         out += [f"<p class=\"note\">{e(n)}</p>" for n in s.notes]
+        tables = []
         for t in s.tables:
-            out += [f"<h3>{e(t.title)}</h3>"] * (t.title != s.title)
-            out += [f"<p class=\"verdict\">{e(t.verdict)}</p>", render.html(t.cells, t.bold)]
-        for p in s.plots:
-            data = base64.b64encode(p.png).decode()
-            out.append(f"<figure><img alt=\"{e(p.caption)}\" src=\"data:image/png;base64,{data}\">"
-                       f"<figcaption>{e(p.caption)}</figcaption></figure>")
+            tables += [f"<h3>{e(t.title)}</h3>"] * (t.title != s.title)
+            tables += [f"<p class=\"verdict\">{e(t.verdict)}</p>", render.html(t.cells, t.bold)]
+        plots = [f"<figure><img alt=\"{e(p.caption)}\" src=\"data:image/png;base64,"
+                 f"{base64.b64encode(p.png).decode()}\"><figcaption>{e(p.caption)}</figcaption></figure>"
+                 for p in s.plots]
+        out += plots + tables if s.plots_first else tables + plots
         out += [f"<p>{e(n)}</p>" for n in s.notes_after]
+        if s.reports:
+            out.append("<ul>" + "".join(f"<li><a href=\"{e(quote(folder))}/report.html\">{e(text)}</a></li>"
+                                        for text, folder in s.reports) + "</ul>")
     if spec:
         out += ["<details><summary><h2 style=\"display:inline\">Settings</h2></summary>", render.html(_spec_cells(spec)),
                 "</details>"]

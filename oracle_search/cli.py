@@ -364,6 +364,59 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _densities(text: str | None) -> list[float] | None:
+    """--densities 100,41,16.8: percentages, each > 0 and ≤ 100."""
+    if text is None:
+        return None
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecError("densities", f"a comma-separated list of percentages, e.g. 100,41,16.8; got {text!r}") from None
+    if not values or not all(0 < v <= 100 for v in values):
+        raise SpecError("densities", f"each density must be a percentage in (0, 100]; got {text!r}")
+    return values
+
+
+def cmd_paper_table(args: argparse.Namespace) -> int:
+    """Test accuracy in the paper's format (methods × the chosen λ, mean ± std): over a replicates folder's
+    replicates or several RUNs as replicates, else over one run's seeds; Markdown, or LaTeX with --latex."""
+    from analysis.files import BadResults, check_results
+    from analysis.paper_table import paper_table, summary, units
+    from analysis.replicate_report import check_replicates
+    from oracle_search.replicates import manifest, replicate_dir
+    from oracle_search.schema import read_results, results_frame, results_path
+
+    wanted = _densities(args.densities)
+    runs = [Path(d) for d in args.dirs]
+    if len(runs) == 1 and (found := manifest(runs[0])) is not None:
+        runs = [replicate_dir(runs[0], r) for r in range(1, found["replicates"] + 1)]
+    for run in runs:
+        if not results_path(run).exists():
+            raise SpecError("RUN", f"no results table in {run}")
+        try:
+            check_results(results_path(run))
+        except BadResults as err:
+            raise SpecError("RUN", str(err)) from None
+    if len(runs) > 1:
+        check_replicates(runs, None)  # one spec, disjoint seeds: else exit 2
+    frames = {run.name if len(set(r.name for r in runs)) == len(runs) else str(run):
+              results_frame(read_results(run).to_dict("records")) for run in runs}
+    data = summary(units(frames, "replicate" if len(runs) > 1 else "seed"))
+    if data.empty:
+        raise SpecError("RUN", "no final or selected rows: no test accuracy to tabulate")
+    try:
+        table = paper_table(data, wanted, over="replicates" if len(runs) > 1 else "seeds")
+    except ValueError as err:
+        raise SpecError("densities", str(err)) from None
+    from analysis import render
+
+    if args.latex:
+        print(f"\n% {table.verdict}\n" + render.latex(table.cells, table.bold), end="")
+    else:
+        print(f"{table.verdict}\n\n" + render.markdown(table.cells, table.bold), end="")
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     _slots(args.slots)
     refine, bracket = getattr(args, "oracle.refine"), getattr(args, "oracle.bracket")
@@ -496,6 +549,14 @@ def build_parser() -> Parser:
               "95 %% interval lies inside ±margin is `equivalent` (default: the margin a replicates folder "
               "recorded, else 0.5, the paper's interval tolerance)"})
     c.set_defaults(run=cmd_report)
+    c = sub.add_parser("paper-table", help="test accuracy as the paper prints it: methods × the densities you "
+                       "choose, mean ± std over replicates (or over one run's seeds), as Markdown or LaTeX")
+    c.add_argument("dirs", metavar="RUN", nargs="+", help="a compare --replicates folder (± std over its replicates), "
+                   "several runs of one spec as replicates, or one run (± std over its seeds)")
+    c.add_argument("--densities", help="the λ columns, in %%, comma-separated, as the report prints them (e.g. "
+                   "100,41,16.8; default: every cycle's)")
+    c.add_argument("--latex", action="store_true", help="a booktabs tabular instead of Markdown")
+    c.set_defaults(run=cmd_paper_table)
     c = sub.add_parser("replay", help="what the racing Oracle would have decided and cost on a finished run; "
                        "trains nothing (answers every training from RUN's table)")
     c.add_argument("run_dir", metavar="RUN", help="a finished results folder (results table and spec.json)")

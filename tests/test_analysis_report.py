@@ -111,7 +111,7 @@ def report(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     return out, report_of(out, realistic())
 
 
-TABLES = ("answer", "oracle", "oracle_values", "oracle_seeds", "verdict", "end_to_end", "regret", "accuracy", "cost",
+TABLES = ("answer", "oracle", "oracle_values", "oracle_seeds", "verdict", "end_to_end", "regret", "accuracy", "paper", "cost",
           "statistics")
 FIGURES = ("regret", "max_lr", "accuracy", "histograms")
 
@@ -183,7 +183,10 @@ def test_markdown_report_holds_every_table_and_figure(report):
         assert (out / f"tables/{t}.md").read_text() in md
     for f in FIGURES:
         assert f"(figures/{f}.png)" in md
-    assert len(re.findall(r"\*\*Verdict:\*\* (.+)", md)) == len(TABLES)
+    for t in TABLES:  # each table under its verdict line, in plain words (no bold label)
+        caption = md.split((out / f"tables/{t}.md").read_text())[0].rstrip().splitlines()[-1]
+        assert caption and not caption.startswith(("#", "|", "**")), (t, caption)
+    assert "**Verdict:**" not in md
     assert "_No" not in md  # nothing missing
 
 
@@ -381,7 +384,7 @@ def test_csv_results_give_the_same_report(hand, tmp_path):
 def test_oracle_only_results_still_report_with_notes(tmp_path):
     printed = report_of(tmp_path, realistic(("oracle",), cycles=2))
     md = printed["report.md"].read_text()
-    assert '**Verdict:** No SILO rows; 3 of 3 "not shown worse" sets contiguous (n = 3).' in md
+    assert '\nNo SILO rows; 3 of 3 "not shown worse" sets contiguous (n = 3).\n' in md
     assert "_No Oracle or no SILO rows: no verdict against the controls._" in md
     assert "tables/regret.csv" in printed and "tables/verdict.csv" not in printed
     assert "_No baseline rows: baselines left out._" in md

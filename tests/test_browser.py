@@ -79,3 +79,21 @@ def test_the_report_renders_in_chromium_with_every_image_and_link_whole(tmp_path
     assert seen["links"] == source.links + 3
     assert seen["broken_links"] == ["#nowhere", "figures/missing.png", "https://example.org/"]
     assert (tmp_path / "broken.png").stat().st_size > 10_000
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "example"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder", ["", "replicate-1", "replicate-2", "replicate-3"], ids=lambda f: f or "over")
+def test_the_committed_example_renders_with_every_image_loaded_and_every_link_resolving(tmp_path, folder):
+    page = EXAMPLE / folder / "report.html"
+    code, seen, err = render(page.parent, tmp_path / "shot.png")  # the screenshot goes to tmp, not the example
+    assert code == 0, err
+    source = Tags(page.read_text())
+    first_table_bottom = seen.pop("first_table_bottom")
+    assert seen == {"images": source.images, "broken_images": [], "links": source.links, "broken_links": []}
+    # The report over the replicates: its max_lr and slots figures, and a link to each replicate's own report.
+    assert (source.images, source.links) == ((2, 3) if not folder else (source.images, 0))
+    assert source.images >= 2
+    assert 0 < first_table_bottom <= 800, first_table_bottom  # the verdict table ends on the first screen

@@ -4,13 +4,18 @@ refusals: exit 2, one line naming both runs, nothing written."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from analysis.intervals import oracle_intervals
+from analysis.select import silo_params
+from analysis.verdict_sentences import fmt_lr
 from conftest import ROOT, cli
+from oracle_search.schema import read_results, results_frame
 from oracle_search.replicates import check_folder, replicate_dir
 from oracle_search.seeds import SEED_STRIDE, check_seed_room, evaluation_seeds, replicate_spec, tuning_seeds
 from trainables.spec import SpecError
@@ -26,9 +31,16 @@ def copy_run(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_two_older_runs_aggregate_into_the_verdict_and_replicates_tables(tmp_path, capsys):
-    out = tmp_path / "over"
+@pytest.fixture(scope="module")
+def over(tmp_path_factory) -> Path:
+    """The report over the two committed runs, in a folder of its own."""
+    out = tmp_path_factory.mktemp("reports") / "over"
     assert cli(["report", str(SEED0), str(SEED100), "--out", str(out)]) == 0
+    return out
+
+
+def test_two_older_runs_aggregate_into_the_verdict_and_replicates_tables(over):
+    out = over
     verdict = pd.read_csv(out / "tables" / "verdict.csv")
     assert list(verdict.columns[:10]) == ["schedule", "versus", "advantage", "ci_lo", "ci_hi", "replicates", "verdict",
                                           "margin", "holm", "replicates_needed"]
@@ -45,12 +57,69 @@ def test_two_older_runs_aggregate_into_the_verdict_and_replicates_tables(tmp_pat
     assert set(verdict["margin"]) == {3.0}
     report = (out / "report.md").read_text()
     first = report.index("## The answer over 2 replicates")
-    assert first < report.index("### Each replicate's labels") < report.index("## The choices each replicate made")
+    assert first < report.index("## Each replicate's labels") < report.index("## The choices each replicate made")
     # the disagreement beyond their own intervals, and the choices that differed upstream
     assert ("SILO (fit) vs not adapting (constant_dense): replicate-1 and replicate-2 disagree beyond their own "
             "intervals (+4.32 [+2.38, +6.26] vs -4.83 [-5.61, -4.05]); the upstream choices that differed: the dense "
             "choice (0.16 vs 0.32)") in report
     assert (SEED0 / "report.md").exists() is False  # each run's own folder is left as it is
+
+
+def test_the_first_screen_holds_the_verdict_the_max_lr_figure_and_the_section_53_table(over):
+    report = (over / "report.md").read_text()
+    head = "\n".join(report.splitlines()[:40]) + "\n"
+    assert "## The answer over 2 replicates" in head and (over / "tables" / "replicate_answer.md").read_text() in head
+    assert "](figures/max_lr.png)" in head and (over / "figures" / "max_lr.png").read_bytes().startswith(b"\x89PNG")
+    assert (over / "tables" / "section53.md").read_text() in head
+    headings = re.findall(r"^#+ (.+)$", report, flags=re.M)
+    assert len(headings) == len(set(headings)), headings  # no heading said twice
+    assert "**" not in report  # no bold words
+    order = ["## The answer over 2", "## max_lr per cycle over the replicates (paper §5.3)",
+             "## Test accuracy over the replicates", "## Each replicate's own report",
+             "## Where the runs contradict the paper's premises", "## Each replicate's labels",
+             "## The choices each replicate made", "## Cost"]
+    assert [report.index(h) for h in order] == sorted(report.index(h) for h in order)
+
+
+def test_the_section_53_table_holds_each_replicates_b_interval_and_silo_and_counts_them(over):
+    md = (over / "tables" / "section53.md").read_text().splitlines()
+    header = [c.strip() for c in md[0].strip("|").split("|")]
+    assert header == ["λ (%)", "replicate-1 b [paper interval]", "replicate-2 b [paper interval]",
+                      "SILO (paper) max_lr", "SILO (paper) inside", "SILO (fit) max_lr", "SILO (fit) inside"]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in md[2:]]
+    counts = {"silo_paper": [0, 0], "silo_fit": [0, 0]}
+    for k, run in enumerate((SEED0, SEED100)):  # each replicate's own sets, read independently
+        df = results_frame(read_results(run).to_dict("records"))
+        pooled = oracle_intervals(df)
+        for i, r in pooled.iterrows():
+            assert cells[i][1 + k] == f"{fmt_lr(r['best_max_lr'])} [{fmt_lr(r['lo'])}, {fmt_lr(r['hi'])}]"
+            for j, m in ((3, "silo_paper"), (5, "silo_fit")):
+                judged = r["cycle"] >= max(silo_params(df, m)["q"] + 1, 1)
+                mark = ("in" if r[f"{m}_inside"] else "out") + ("" if judged else "*")
+                assert cells[i][j].split(" · ")[k] == f"{fmt_lr(r[f'{m}_max_lr'])} {mark}"
+                counts[m][0] += bool(judged and r[f"{m}_inside"])
+                counts[m][1] += bool(judged)
+    for j, m in ((4, "silo_paper"), (6, "silo_fit")):
+        said = [c[j] for c in cells]
+        assert sum(int(x.split(" of ")[0]) for x in said if x != "–") == counts[m][0]
+        assert sum(int(x.split(" of ")[1]) for x in said if x != "–") == counts[m][1]
+
+
+def test_each_replicates_report_is_linked_where_it_exists_relative_to_the_report(tmp_path):
+    runs = [copy_run(SEED0, tmp_path / "runs" / "a"), copy_run(SEED100, tmp_path / "runs" / "b")]
+    out = tmp_path / "over"
+    assert cli(["report", *map(str, runs), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert str(tmp_path) not in md  # no machine path
+    assert "replicate-1: ../runs/a has no report yet (oracle-search report ../runs/a writes it)." in md
+    for run in runs:  # once each run has its own report, the report over them links it
+        for ext in ("md", "html"):
+            (run / f"report.{ext}").write_text("x")
+    assert cli(["report", *map(str, runs), "--out", str(out)]) == 0
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "- [replicate-1: ../runs/a](../runs/a/report.md)\n- [replicate-2: ../runs/b](../runs/b/report.md)" in md
+    assert re.findall(r'<a href="([^"]+)"', page) == ["../runs/a/report.html", "../runs/b/report.html"]
+    assert all((out / link).resolve().exists() for link in re.findall(r'<a href="([^"]+)"', page))
 
 
 def test_runs_of_different_specs_are_refused_naming_both_and_nothing_is_written(tmp_path, capsys):

@@ -84,6 +84,15 @@ def test_the_figure_is_png(replicate):
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
 
 
+def test_replicates_are_told_apart_in_their_numbers_order():
+    from analysis.figures import replicate_colours, replicate_order
+
+    names = ["replicate-1", "replicate-3", "replicate-10", "replicate-2", "replicate-3"]  # as the lanes meet them
+    assert replicate_order(names) == ["replicate-1", "replicate-2", "replicate-3", "replicate-10"]
+    colours = replicate_colours(names)
+    assert list(colours) == replicate_order(names) and len(set(colours.values())) == 4
+
+
 def test_the_cost_section_draws_slots_only_from_a_table_with_timestamps():
     section = _cost_section(hand_made())
     (plot,) = [p for p in section.plots if p.name == "slots"]
