@@ -276,7 +276,16 @@ def cmd_baselines(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """Oracle, SILO (paper and fit), the baselines, then the report: one resumable run on one --out."""
     spec, options, per_epoch = _checked("compare", args)
-    check_inputs(args, spec)
+    if args.dry_run and per_epoch is not None:
+        # Nothing is timed, so nothing is loaded: the plan needs the spec, not the data (price a study first)
+        return _dry_run("compare", args, spec, options, per_epoch)
+    try:
+        check_inputs(args, spec)
+    except DataError as err:
+        if args.dry_run:  # the probe times a step on the data: without it, the seconds must be given
+            said = str(err).removeprefix(f"{err.field}: ")
+            raise DataError(err.field, f"{said}; or price it without data: --dry-run --seconds-per-epoch S") from err
+        raise
     if args.dry_run:
         return _dry_run("compare", args, spec, options, per_epoch)
     from oracle_search import pipeline  # imports torch and Ray: after every check that needs neither
