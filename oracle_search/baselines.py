@@ -96,8 +96,9 @@ def run_chains(runner: Runner, runs: dict[str, tuple[ExperimentSpec, float | Non
     left = {cycle: sum(1 for name, _ in pairs if last[name] >= cycle) for cycle in range(last_cycle + 1)}
     news = 0
     while running:
-        landed = {pair: rows[t.key] for pair, (t, batch) in list(running.items())
-                  for rows in [runner.ready(batch)] if t.key in rows}
+        batches = {id(batch): batch for _, batch in running.values()}  # a batch's rows read once a poll
+        ready = {i: runner.ready(batch) for i, batch in batches.items()}
+        landed = {pair: ready[id(batch)][t.key] for pair, (t, batch) in running.items() if t.key in ready[id(batch)]}
         if not landed:
             news = runner.wait_for_news(news)
             continue

@@ -141,7 +141,6 @@ class Engine:
         self.tune_error: BaseException | None = None
         self._owner: dict[str, tuple[Owner, Training]] = {}  # Tune trial key -> (its Runner, its training)
         self._queued: dict[str, str] = {}  # Tune trial key -> when the driver handed it over (UTC)
-        self._submitted: set[str] = set()  # Tune trial keys handed over (`in_flight`)
         self._stopping = False
         self._starting = threading.Lock()  # drivers in several threads (replicates) start one experiment, not two
 
@@ -179,11 +178,8 @@ class Engine:
         """A line of `group` ended; `last`: the last of them, so the thread that started them goes on."""
 
     def owns(self, runner: Owner, key: str, training: Training) -> None:
-        """Record that the Tune trial `key` trains `training` for `runner` (a key handed over again, after it
-        failed unwaited for, say a speculative training, starts afresh)."""
-        with self.done:
-            self._owner[key] = (runner, training)
-            self.failed.pop(key, None)
+        """Record that the Tune trial `key` trains `training` for `runner`."""
+        self._owner[key] = (runner, training)
 
     def prioritise(self, key: str, priority: float) -> None:
         """A trial already handed over is also needed where `priority` says (another line waits on it): it keeps
@@ -191,15 +187,8 @@ class Engine:
         if self.queue is not None:
             self.queue.prioritise(key, priority)
 
-    def in_flight(self) -> int:
-        """Tune trials handed over and neither finished nor failed: the slots they hold or wait for."""
-        with self.done:
-            return sum(1 for key in self._submitted if key not in self.finished and key not in self.failed)
-
     def submit(self, configs: list[dict]) -> None:
         self.start()
-        with self.done:
-            self._submitted.update(c["key"] for c in configs)
         stamp = utc_now()
         self._queued.update({c["key"]: stamp for c in configs})
         self.queue.put(configs, [self._owner[c["key"]][1].priority for c in configs])

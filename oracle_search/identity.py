@@ -24,7 +24,8 @@ class Training:
     start_checkpoint: str | None
     tags: dict[str, Any] = field(default_factory=dict)  # extra results-table fields: method, stage, ...
     # The scheduler's order, not the training's identity: the trainings still behind it in its line's plan (the
-    # length of the chain it holds up). Free slots take the highest first, ties in the order handed over.
+    # length of the chain it holds up). Free slots take the highest first (ties: Tune's queue in the order handed
+    # over, the simulated engine by identity, so that a simulation repeats).
     priority: float = 0.0
 
     def config(self) -> dict[str, Any]:

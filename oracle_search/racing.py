@@ -69,7 +69,6 @@ on a finished run's table.
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import math
 from dataclasses import dataclass, field

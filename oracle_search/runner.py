@@ -325,11 +325,6 @@ class Runner:
         """How many groups of `per` trials to run at once (`trial_slots`)."""
         return trial_slots(self.spec, self.address, per)
 
-    def idle(self) -> int:
-        """Slots of the cluster no handed-over trial holds or waits for (any Runner's on a shared engine): what
-        a speculative training may take without delaying one a decision waits on."""
-        return max(0, self.slots() - self.engine.in_flight())
-
     def close(self, abort: bool = False) -> None:
         """End this Runner's own experiment (`Engine.close`); a shared engine is closed by its maker."""
         if self._own_engine:

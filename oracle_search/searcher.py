@@ -26,7 +26,7 @@ class TrialQueue(Searcher):
         self.extra = 0  # idle actors kept beyond Tune's own count (see `warm_actors`)
         self.closed = False
         self.ready = threading.Condition()
-        self.rank: dict[int, tuple[float, int]] = {}  # id(config) -> (priority, -order put): `suggest` takes the max
+        self.rank: dict[str, tuple[float, int]] = {}  # trial key -> (priority, -order put): `suggest` takes the max
         self.order = 0
 
     def put(self, configs: list[dict], priorities: list[float] | None = None) -> None:
@@ -36,16 +36,15 @@ class TrialQueue(Searcher):
             for config, priority in zip(configs, priorities or [0.0] * len(configs)):
                 self.order += 1
                 self.pending.append(config)
-                self.rank[id(config)] = (priority, -self.order)
+                self.rank[config["key"]] = (priority, -self.order)
             self._note_demand()
             self.ready.notify_all()
 
     def prioritise(self, key: str, priority: float) -> None:
         """Raise a pending trial's priority (`Engine.prioritise`)."""
         with self.ready:
-            for config in self.pending:
-                if config.get("key") == key and self.rank.get(id(config), (0.0, 0))[0] < priority:
-                    self.rank[id(config)] = (priority, self.rank.get(id(config), (0.0, 0))[1])
+            if key in self.rank and self.rank[key][0] < priority:
+                self.rank[key] = (priority, self.rank[key][1])
 
     def close(self, drop: bool = False) -> None:
         """Hand out no more trials once the queue is empty, or at once with `drop`."""
@@ -64,9 +63,9 @@ class TrialQueue(Searcher):
                 self.ready.wait(IDLE_WAIT_S)
             if self.pending:
                 self.live.add(trial_id)
-                first = max(self.pending, key=lambda c: self.rank.get(id(c), (0.0, 0)))
+                first = max(self.pending, key=lambda c: self.rank[c["key"]])
                 self.pending.remove(first)
-                self.rank.pop(id(first), None)
+                del self.rank[first["key"]]
                 return {"trial": first}
             return Searcher.FINISHED if self.closed else None
 

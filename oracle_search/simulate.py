@@ -49,7 +49,7 @@ DELTA_CURVATURE = 3.0  # the default's δ curve at the target cycle (exhaustive 
 PEAK = 80.0
 # The optimum's rise over the pruning: the Oracle's b at the last cycle over its b at cycle 0, median over the 11
 # committed runs of the default with every value on every seed (benchmarks/results: 1.0 to 2.83, median 2.0;
-# `tests/test_simulate.py` holds it to them). The whole job's model (`simulate_job`) moves its optimum from the
+# `tests/test_wide_plans.py` holds it to them). The whole job's model (`simulate_job`) moves its optimum from the
 # grid's centre to DRIFT times it, geometrically in the cycle, so SILO's rising peak meets a rising optimum as it
 # does on the real runs (a fixed optimum made every first δ diverge by cycle 4-5 on the paper's ResNet-20 plan).
 DRIFT = 2.0

@@ -224,10 +224,6 @@ class SimEngine(Engine):
     def close(self, abort: bool = False) -> None:
         return None
 
-    def in_flight(self) -> int:
-        with self.lock:
-            return len(self.queue) + len(self.running)
-
     def submit(self, configs: list[dict]) -> None:
         with self.lock:
             me = threading.get_ident()
