@@ -28,6 +28,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers canno
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "custom_cnn"
 QUICK = ["--cycles", "1", "--epochs", "1", "--grid", "0.1,0.4", "--refine", "0"]  # `compare` adds --replicates 1
+ORACLE_QUICK = [*QUICK, "--tuning-seeds", "1"]  # the Oracle alone needs 1 seed (the file's 2 are compare's least)
 # 1.5 of a node's 2 CPUs: one trial a node, so both nodes train, on one torch thread each (a trial runs on its whole
 # CPUs): the fake nodes share this machine's 2 cores, where two 2-thread trials made the API's compare 54 s, not 20 s.
 ONE_A_NODE = 1.5
@@ -43,6 +44,7 @@ def test_oracle_then_compare_run_the_example_from_its_experiment_file(ray_local,
     monkeypatch.chdir(ROOT)  # the file names the example by import path from the repository root
     out = tmp_path / "custom-cnn"
     config = str(EXAMPLE / "experiment.toml")
+    # the file's 2 tuning seeds: the compare below resumes this folder, and a resume keeps the search's options
     assert cli(["oracle", "--config", config, "--out", str(out), *QUICK]) == 0, capsys.readouterr().err[-3000:]
     stored = json.loads((out / "spec.json").read_text())
     assert stored["model"] == "examples.custom_cnn.model:small_cnn" and stored["weights"] == "rewind"
@@ -50,7 +52,7 @@ def test_oracle_then_compare_run_the_example_from_its_experiment_file(ray_local,
     assert sources["model"]["sha256"] == hashlib.sha256((EXAMPLE / "model.py").read_bytes()).hexdigest()
     assert sources["dataset"]["sha256"] == hashlib.sha256((EXAMPLE / "data.py").read_bytes()).hexdigest()
     oracle_rows = {p.name for p in (out / "ledger").glob("oracle-*.json")}
-    assert len(oracle_rows) == 4  # 2 max_lr x 2 cycles; cycle 1 chained from the import-path model's checkpoint
+    assert len(oracle_rows) == 8  # 2 max_lr x 2 cycles x 2 seeds; cycle 1 chained from the model's checkpoint
 
     assert cli(["compare", "--config", config, "--out", str(out), *QUICK, "--trials", "1", "--replicates", "1"]) == 0, \
         capsys.readouterr().err[-3000:]
@@ -120,7 +122,7 @@ def test_oracle_trains_the_examples_dataset_and_loss_on_both_nodes_of_a_two_node
                 "--dataset", "custom_cnn_shipped.data:bars_dataset",
                 "--loss", "custom_cnn_shipped.losses:label_smoothing",
                 "--address", two_nodes.address, "--cpus-per-trial", "2", "--storage-path", str(tmp_path / "shared"),
-                "--out", str(out), *QUICK])
+                "--out", str(out), *ORACLE_QUICK])
     assert code == 0, capsys.readouterr().err[-3000:]
     rows = pd.read_parquet(out / "results.parquet")
     assert len(rows) == 4 and set(rows["node_id"]) == two_nodes.nodes  # 2 max_lr x 2 cycles, on both nodes

@@ -31,11 +31,12 @@ def test_the_clock_fills_every_slot_it_has_and_runs_the_same_job_the_same_way():
     one = simulate_compare(TINY, TINY_OPTIONS, 1, 0.1)
     four = simulate_compare(TINY, TINY_OPTIONS, 4, 0.1)
     again = simulate_compare(TINY, TINY_OPTIONS, 4, 0.1)
-    # The wall, the count and the longest chain are the same (the queue is taken by priority and identity, not by
-    # how the lines' threads interleave). Which line hands over a training two lines share still depends on that
-    # interleaving, and off the longest chain so can a racing top-up: the summed seconds may differ (docs/design.md).
-    assert (again.wall, again.trainings) == (four.wall, four.trainings)
-    # the chain's bookkeeping follows which line handed a shared training over: equal within 1 %, not to the bit
+    # The same count, and the wall and the longest chain within 1 %: the queue is taken by priority and identity,
+    # not by how the lines' threads interleave, but the lines' own steps between two clock moves still run in
+    # whatever order the threads take, so in about 1 run in 10 a training starts a moment later (0.4 % of the
+    # wall here). Serialising the lines would make it exact (docs/design.md, "The slots").
+    assert again.trainings == four.trainings
+    assert again.wall == pytest.approx(four.wall, rel=0.01)
     assert again.longest_chain == pytest.approx(four.longest_chain, rel=0.01)
     assert one.trainings > 50 and one.longest_chain < one.wall
     # each training lasts epochs x 0.1 s x a lognormal factor of mean 1: the sum is near trainings x 0.4 s
@@ -50,7 +51,11 @@ def test_the_simulation_writes_nothing_to_the_runs_study_storage(tmp_path):
 
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     options = dataclasses.replace(TINY_OPTIONS, fit=dataclasses.replace(TINY_OPTIONS.fit, storage=url))
-    assert simulate_compare(TINY, options, 4, 0.1) == simulate_compare(TINY, TINY_OPTIONS, 4, 0.1)
+    stored, plain = simulate_compare(TINY, options, 4, 0.1), simulate_compare(TINY, TINY_OPTIONS, 4, 0.1)
+    # the same job (repeating within 1 %: test_the_clock_fills_every_slot_it_has_...)
+    assert stored.trainings == plain.trainings
+    assert stored.wall == pytest.approx(plain.wall, rel=0.01)
+    assert stored.longest_chain == pytest.approx(plain.longest_chain, rel=0.01)
     assert not (tmp_path / "studies.db").exists()
 
 
