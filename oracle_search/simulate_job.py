@@ -40,6 +40,7 @@ from oracle_search.identity import Training
 from oracle_search.runner import Runner
 from oracle_search.progress import Progress
 from oracle_search.replicates import replicate_dir
+from oracle_search.schema import Stage
 from oracle_search.seeds import replicate_spec
 from oracle_search.side_by_side import first_error, side_by_side
 from oracle_search.simulate import AccuracyModel, centre
@@ -301,6 +302,7 @@ class JobWalls:
     trainings: int
     busy: float = 0.0  # the trainings' seconds, summed
     ends: dict[str, float] = field(default_factory=dict)
+    waste: int = 0  # speculative trainings never used: final runs started for a δ that did not win (`wasted`)
 
     @property
     def training(self) -> float:
@@ -314,7 +316,11 @@ class JobWalls:
 
     def bound(self) -> str:
         """What bounds the wall, in words: the chain when it is most of the wall, else the work, else neither."""
-        if self.longest_chain >= 0.8 * self.wall:
+        chain, work = self.longest_chain >= 0.8 * self.wall, self.work >= 0.8 * self.wall
+        if chain and work:
+            return ("bounded by the work and the chain together: more slots would shorten it, at most to the "
+                    "chain's length")
+        if chain:
             return "bounded by the chain of dependent trainings: more slots will not shorten it"
         if self.work >= 0.8 * self.wall:
             return "bounded by the work: more slots would shorten it"
@@ -344,6 +350,9 @@ class JobWalls:
                                                          for path, end in ends.items())
         if (last := self.setter()) is not None:
             text += f"; the last to end: {last}"
+        if self.trainings:
+            text += (f"; speculative waste: {self.waste:,} trainings ({self.waste / self.trainings:.0%}: final runs "
+                     f"started for a δ that did not win)")
         return text
 
 
@@ -376,4 +385,12 @@ def _simulate(spec: ExperimentSpec, options, slots: int, model: Model, study) ->
         studies = side_by_side({f"replicate-{r}": lambda runner=runner: study(runner, options)
                                 for r, runner in runners.items()}, engine)
         first_error(studies)
-        return JobWalls(slots, engine.now, engine.longest, engine.trainings, engine.busy, dict(engine.ends))
+        waste = sum(wasted(runner.ledger.rows()) for runner in runners.values())
+        return JobWalls(slots, engine.now, engine.longest, engine.trainings, engine.busy, dict(engine.ends), waste)
+
+
+def wasted(rows: list[dict]) -> int:
+    """The speculative trainings a folder's ledger holds and no decision or report reads: final rows deselected
+    (`baselines.supersede`: in one fresh run, only the final runs a wide δ search started for a δ that did not
+    win)."""
+    return sum(1 for row in rows if row.get("stage") == Stage.FINAL.value and not row.get("selected"))

@@ -61,17 +61,19 @@ def test_the_simulation_writes_nothing_to_the_runs_study_storage(tmp_path):
 
 @pytest.mark.slow  # about 15 s: 1,300 simulated trainings, twice
 def test_on_64_slots_the_default_takes_little_more_than_its_longest_chain_and_one_phase_at_a_time_does_not():
-    """The speed issue's criterion, on the simulated default (3 replicates): wall time within 1.25x the longest
-    chain of dependent trainings. The control, its phases one after another (benchmarks/job_walls.py), misses it
-    against the same chain."""
+    """The speed issue's criterion, on the simulated default (3 replicates): wall time within 1.25x the larger of
+    its two lower bounds, the longest chain of dependent trainings and the work spread on the slots (where the
+    wide δ plan shortens the chain, the work binds as much). The control, its phases one after another
+    (benchmarks/job_walls.py), misses it against the same bound."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from job_walls import one_after_another
 
     spec, options = PRESETS["mnist1d-mlp"].spec, CompareOptions()
     side = simulate_compare(spec, options, 64, 0.144)
     sequential = simulate_compare(spec, options, 64, 0.144, study=one_after_another)
-    assert side.wall <= 1.25 * side.longest_chain
-    assert sequential.wall > 1.4 * side.longest_chain
+    bound = max(side.longest_chain, side.work)
+    assert side.wall <= 1.25 * bound
+    assert sequential.wall > 1.4 * bound
 
 
 def test_lines_side_by_side_all_run_to_the_end_and_the_first_error_is_given_back():

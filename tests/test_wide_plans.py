@@ -34,6 +34,22 @@ def test_a_wide_delta_refinement_brackets_in_one_round_where_the_narrow_one_bise
     assert next_deltas(0.25, [0.25], coarse + [8.0])[0] == [0.5]
 
 
+def test_a_wide_refinement_brackets_any_gap_of_the_presets_grids_in_one_look():
+    """Each look of δ is a chain of cycles (about 12 T on the paper's ResNet-20): a refinement that leaves a gap
+    wider than ×BRACKET costs a whole extra look. Coarse δ values are a preset grid's ratio apart above d₁ and
+    halvings (×2) below it, so WIDTH must resolve both in one round on the paper's presets (WIDTH = 3 leaves the
+    ResNet-20 grid's ×2.68 at ×1.28; the toy presets' coarser grids may take two)."""
+    from oracle_search.delta import BRACKET
+    from trainables.paper_presets import PAPER_PRESETS
+    ratios = {2.0} | {round(max(b / a for a, b in zip(sorted(p.spec.grid), sorted(p.spec.grid)[1:])), 6)
+                      for p in PAPER_PRESETS.values()}
+    assert max(ratios) > 2.6 and len(PAPER_PRESETS) >= 6
+    for gap in sorted(ratios):
+        new, _ = next_deltas(1.0, [1.0, gap], [1.0, gap], width=WIDTH)
+        values = sorted({1.0, gap, *new})
+        assert max(b / a for a, b in zip(values, values[1:])) <= BRACKET * (1 + 1e-6), (gap, values)
+
+
 def test_the_delta_plan_widens_only_where_a_wide_look_fits_the_slots():
     plan = DeltaPlan(0.16, GRID, (0, 1, 2), 6, mode="racing", final_seeds=(1000, 1001, 1002))
     need = 2 * WIDTH * 3
