@@ -14,7 +14,7 @@ from analysis.select import cost_rows, densities, label, methods, schedule_label
 from oracle_search.compared import final_rows, last_cycle, oracle_trials
 from analysis.verdict_sentences import DASH, ci_text, end_to_end_line, fmt_lr, verdict_lines
 from oracle_search.curve import refuse_duplicates
-from oracle_search.schema import SILO_METHODS
+from oracle_search.schema import SILO_METHODS, Stage
 from oracle_search.selection import TOLERANCE, Curve, choose, dense_best, lr_key
 from oracle_search.statistics import half_width, mean_interval, replicates_lower_estimate
 
@@ -370,7 +370,20 @@ def cost_table(df: pd.DataFrame) -> Table | None:
                          f"{100 * share['device_hours']:.0f}% of its device-hours")
     verdict = ("; ".join(parts) + ". SILO (paper) takes ε from the Oracle's cycle 0, which its cost does not count."
                if parts else "No SILO or no Oracle rows: no cost comparison.")
-    return Table("cost", "Cost", cells, data, verdict)
+    return Table("cost", "Cost", cells, data, verdict + _unused_finals(df))
+
+
+def _unused_finals(df: pd.DataFrame) -> str:
+    """Final runs trained and no longer current (deselected, `baselines.supersede`): on many slots, the final runs
+    a wide δ search started for a δ that did not win, or a chain a rerun with other parameters replaced. They
+    count in their method's cost above and in no accuracy."""
+    unused = df[(df["stage"] == Stage.FINAL.value) & ~df["selected"].astype(bool) & ~df["reused"].astype(bool)]
+    if unused.empty:
+        return ""
+    by = unused.groupby("method").size()
+    return (" Not current and counted in the cost: " + ", ".join(f"{n} final run(s) of {label(m)}"
+                                                                for m, n in by.items())
+            + " (speculative runs of a δ that did not win, or a chain a rerun replaced; read by no decision).")
 
 
 def statistics_source(df: pd.DataFrame) -> tuple[str, pd.DataFrame] | None:

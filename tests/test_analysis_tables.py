@@ -185,6 +185,19 @@ def test_cost_table_counts_only_trainings_actually_run():
         "cost does not count.")
 
 
+def test_final_runs_no_longer_current_are_counted_in_the_cost_and_said_once():
+    """A wide δ search's speculative final runs of a δ that lost (deselected by the winner's): in silo_paper's cost,
+    in no accuracy, and named in one sentence."""
+    spec = [row("silo_paper", "final", s, 1, seconds=180.0, test_acc=10.0, selected=False, delta=0.5)
+            for s in (10, 11)]
+    table = cost_table(results_frame(cost_rows().to_dict("records") + spec))
+    assert table.data.set_index("method")["trainings"]["silo_paper"] == 3 + 2
+    assert table.cells.values.tolist()[1][-1] == "75.00"  # the current chain's accuracy alone
+    assert table.verdict.endswith(" Not current and counted in the cost: 2 final run(s) of SILO (paper) (speculative "
+                                  "runs of a δ that did not win, or a chain a rerun replaced; read by no decision).")
+    assert "Not current" not in cost_table(cost_rows()).verdict
+
+
 def test_tables_absent_without_their_rows():
     rows = results_frame([row("constant", "final", 0, 0)])
     assert oracle_table(rows) is None and values_table(rows) is None and seed_table(rows) is None
