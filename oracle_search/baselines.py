@@ -10,7 +10,8 @@ import pandas as pd
 from oracle_search.identity import Training
 from oracle_search.runner import Runner, Started
 from oracle_search.retention import Claim
-from oracle_search.trials import Streaming, chain_suffix, cycle_trial, peak_name, silo_spec, silo_tags, tune_trial
+from oracle_search.trainings import (Streaming, chain_suffix, cycle_training, peak_name, silo_spec, silo_tags,
+                                     tuning_training)
 from oracle_search.schema import BASELINES, Method, Stage
 from oracle_search.racing import Pool, TuningPlan, pool_of, run_races
 from oracle_search.selection import dense_curve
@@ -36,7 +37,7 @@ def tune_peaks(runner: Runner, schedules: tuple[str, ...], plan: TuningPlan) -> 
         runner.progress.say(f"  baselines: racing from the Oracle's cycle-0 pool (sd {prior.sd:.2f} points, "
                             f"{prior.df} df)")
     races = {name: plan.race(dense, own=name == spec.schedule.name) for name in schedules}
-    run_races(races, Streaming(runner, lambda name, pair: tune_trial(spec, name, *pair)), runner.slots())
+    run_races(races, Streaming(runner, lambda name, pair: tuning_training(spec, name, *pair)), runner.slots())
     curves = {name: race.curve() for name, race in races.items()}
     peaks = {}
     for name in schedules:
@@ -76,12 +77,12 @@ def run_chains(runner: Runner, runs: dict[str, tuple[ExperimentSpec, float | Non
     say = runner.progress.say
     last = {name: (ends or {}).get(name, last_cycle) for name in runs}
 
-    def trial(pair: tuple[str, int], cycle: int, start: dict | None) -> Training:
+    def training(pair: tuple[str, int], cycle: int, start: dict | None) -> Training:
         (name, s), (spec, lr, tags) = pair, runs[pair[0]]
         own = tags.get("stage", stage.value)
-        return cycle_trial(spec, f"{tags['method']}-{own}-{name}-c{cycle:02d}-s{s}-{peak_name(spec, lr)}"
-                                 f"{chain_suffix(start)}", cycle, s, lr, start, tags | {"stage": own},
-                           last[name] - cycle + after)
+        return cycle_training(spec, f"{tags['method']}-{own}-{name}-c{cycle:02d}-s{s}-{peak_name(spec, lr)}"
+                                    f"{chain_suffix(start)}", cycle, s, lr, start, tags | {"stage": own},
+                              last[name] - cycle + after)
 
     def hand_over(steps: dict[tuple[str, int], Training]) -> None:
         for going_on in (True, False):  # a batch's trials share `need_checkpoints`
@@ -91,7 +92,7 @@ def run_chains(runner: Runner, runs: dict[str, tuple[ExperimentSpec, float | Non
                 running.update({pair: (t, started) for pair, t in batch.items()})
 
     running: dict[tuple[str, int], tuple[Training, Started]] = {}
-    hand_over({pair: trial(pair, 0, None) for pair in pairs})
+    hand_over({pair: training(pair, 0, None) for pair in pairs})
     last_cycle = max(last.values(), default=last_cycle)
     left = {cycle: sum(1 for name, _ in pairs if last[name] >= cycle) for cycle in range(last_cycle + 1)}
     news = 0
@@ -114,7 +115,7 @@ def run_chains(runner: Runner, runs: dict[str, tuple[ExperimentSpec, float | Non
                 if left[c] == 0:
                     say(f"{stage.value} runs: cycle {c} done [{runner.progress.elapsed()}]")
             if not stopped:
-                hand_over({pair: trial(pair, cycle + 1, row)})
+                hand_over({pair: training(pair, cycle + 1, row)})
     runner.prune_checkpoints()
     return chains
 

@@ -463,6 +463,19 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
     return Estimate(command, spec.precision, n, per_epoch, source, phases, replicates, walls, job)
 
 
+def write_expected(out: Path, command: str, spec: ExperimentSpec, options, address: str | None,
+                   seconds_per_epoch: float | None, say) -> None:
+    """OUT/estimate.json: the cost expected before the run, for the report; for replicates, the cost of R
+    interleaved studies, timed once."""
+    try:
+        found = estimate(command, spec, options, address, seconds_per_epoch)
+    except Exception as err:  # an estimate is a courtesy: the run goes on without one
+        say(f"estimate: not available ({type(err).__name__}: {err})")
+        return
+    write(out, found)
+    say(f"estimate: {found.lines()[-1].removeprefix('estimate: ')}")
+
+
 def write(out: Path, found: Estimate) -> None:
     """OUT/estimate.json at the start of a real run, with the time it started."""
     atomic_write_json(Path(out) / ESTIMATE_FILE, found.record() | {"started": time.time(), "finished": None})

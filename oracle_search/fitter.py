@@ -36,7 +36,7 @@ from oracle_search.engine import RunFailed
 from oracle_search.options import SearchSpace  # noqa: F401 (re-exported: the fit's ranges, checked at the edge)
 from oracle_search.runner import Runner
 from oracle_search.schema import Method, Stage
-from oracle_search.trials import chain_suffix, cycle_trial, peak_name, silo_spec, silo_tags
+from oracle_search.trainings import chain_suffix, cycle_training, peak_name, silo_spec, silo_tags
 from trainables.schedules import SiloParams
 from trainables.spec import NUMERICS, ExperimentSpec
 
@@ -315,7 +315,7 @@ def _advance(runner: Runner, study: optuna.Study, pool: list[Running], seeds: li
         spec = silo_spec(runner.spec, r.params)
         tags = silo_tags(Method.SILO_FIT, r.params, Stage.FIT, study_trial=r.trial.number, selected=True)
         for seed in seeds:
-            trials[(r.trial.number, seed)] = cycle_trial(
+            trials[(r.trial.number, seed)] = cycle_training(
                 spec, trial_key(study, r.ledger_number, spec, r.cycle, seed, r.starts[seed]), r.cycle, seed, None,
                 r.starts[seed], tags, target - r.cycle + runner.spec.cycles + 1)  # behind it: the finals
     rows = runner.run(list(trials.values()))

@@ -1,7 +1,7 @@
 """What a training is: the engine's unit of work (`Training`) and its identity as text. Two trainings with the same
 identity train the same network the same way: the training fingerprint of the spec
 (`ExperimentSpec.training_fingerprint`), the cycle, the seed, the cycle's peak LR and the hash of the checkpoint it
-starts from ("" for a first cycle). `trials.training_id` names a trial's; `retention` reads the ledger's; `rebuild`
+starts from ("" for a first cycle). `trainings.training_id` names a trial's; `retention` reads the ledger's; `rebuild`
 makes a ledger row's training again (`Runner._restore_starts`)."""
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from oracle_search.runner import Runner
 from oracle_search.racing import RACING_FILE, OracleSearch, Pool, Race, carry, write_racing
 from oracle_search.schema import Method, Stage
 from oracle_search.selection import Choice, Curve, choose, lr_key
-from oracle_search.trials import Streaming, oracle_trial, training_id
+from oracle_search.trainings import Streaming, oracle_training, training_id
 
 
 
@@ -73,11 +73,11 @@ def _race(runner: Runner, search: OracleSearch, cycle: int, starts: dict[int, di
     race = search.race(values, prior, previous, dense)
     first = {lr_key(v) for v in values}
 
-    def trial(_, pair: tuple[float, int]) -> Training:
+    def training(_, pair: tuple[float, int]) -> Training:
         v, s = pair
-        return oracle_trial(runner, cycle, s, v, starts[s], Stage.GRID if v in first else Stage.REFINE)
+        return oracle_training(runner, cycle, s, v, starts[s], Stage.GRID if v in first else Stage.REFINE)
 
-    rounds = search.run(race, Streaming(runner, trial), runner.slots())
+    rounds = search.run(race, Streaming(runner, training), runner.slots())
     return {row["key"]: row for row in race.rows.values()}, race, rounds
 
 
@@ -140,7 +140,7 @@ def complete(runner: Runner, seeds: list[int], targets: dict[int, list[float]]) 
             continue  # a seed's chain does not reach this cycle
         # Tagged in the ledger: the choice counts only the search's own rows (`earlier_rows`), so a resume after
         # the completions chooses what the run chose.
-        trials += [oracle_trial(runner, cycle, s, v, starts[s], Stage.REFINE, for_verdict=True)
+        trials += [oracle_training(runner, cycle, s, v, starts[s], Stage.REFINE, for_verdict=True)
                    for v in values for s in seeds]
     before = len(runner.ledger.rows())
     if trials:

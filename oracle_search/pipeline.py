@@ -154,19 +154,6 @@ def one_driver(command: str):
     return wrap
 
 
-def write_estimate(out: Path, command: str, spec: ExperimentSpec, options, address: str | None,
-                   seconds_per_epoch: float | None, say) -> None:
-    """OUT/estimate.json: the cost expected before the run (oracle_search.estimate), for the report; for
-    replicates, the cost of R interleaved studies, timed once."""
-    try:
-        found = estimate.estimate(command, spec, options, address, seconds_per_epoch)
-    except Exception as err:  # an estimate is a courtesy: the run goes on without one
-        say(f"estimate: not available ({type(err).__name__}: {err})")
-        return
-    estimate.write(out, found)
-    say(f"estimate: {found.lines()[-1].removeprefix('estimate: ')}")
-
-
 @one_driver("oracle")
 def oracle(spec: ExperimentSpec, out: Path, options: OracleOptions = OracleOptions(),
            address: str | None = None, callbacks: list[str] | None = None,
@@ -175,7 +162,8 @@ def oracle(spec: ExperimentSpec, out: Path, options: OracleOptions = OracleOptio
     estimate's (default: timed on a worker)."""
     reject_silo_schedule(spec)
     with _runner(spec, Path(out), address, callbacks, options.fuse, {"oracle": options}) as runner:
-        write_estimate(runner.out, "oracle", runner.spec, options, address, seconds_per_epoch, runner.progress.say)
+        estimate.write_expected(runner.out, "oracle", runner.spec, options, address, seconds_per_epoch,
+                                runner.progress.say)
         outcomes = oracle_cycles(runner, options)
         runner.prune_checkpoints(finished=True)
     estimate.finish(Path(out))
@@ -223,12 +211,13 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
     others: the report covers the finished ones and says which failed, then RunFailed names it; a rerun resumes
     it. `seconds_per_epoch`: the estimate's (default: timed on a worker)."""
     reject_silo_schedule(spec)
+    sections = options.sections()  # what options.json records
     check_with_spec("compare", spec, options)  # the Python API's edge (the command line checked it too)
     out, R = Path(out).resolve(), options.replicates
     replicates.check_folder(out, R)
     folders = replicates.folders(out, R)
     for folder in folders.values():  # every replicate's recorded options, before anything is written
-        recorded_options.check_resume(folder, options.sections())
+        recorded_options.check_resume(folder, sections)
     check_names(spec)  # the Python API's edge: a spec built in code has not resolved its model, data, pruner yet
     first = resolve_run_precision(spec, folders[1], address)  # one probe for all
     specs = {r: replicate_spec(first, r) for r in folders}
@@ -246,11 +235,11 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
         runners = {}
         for r, s in specs.items():
             prepare_out(folders[r], s)
-            recorded_options.record(folders[r], options.sections())
+            recorded_options.record(folders[r], sections)
             runners[r] = Runner(out=folders[r], spec=s, experiment=s.preset, address=address,
                                 progress=progress if R == 1 else progress.tagged(f"r{r}"),
                                 fuse=fuse_size(s, options.oracle.fuse), engine=engine)
-        write_estimate(out, "compare", first, options, address, seconds_per_epoch, say)
+        estimate.write_expected(out, "compare", first, options, address, seconds_per_epoch, say)
         # Ray's processes die with the thread that started them (PR_SET_PDEATHSIG): the engine starts here.
         engine.start()
         if R > 1:

@@ -1,7 +1,8 @@
 """The `Runner`: one results folder (its spec, ledger and progress) and the hand-over of its trainings to an
 `engine.Engine`, its own or one shared with other folders (replicates). A training already in the ledger, or
-trained by another row (the same identity), or in flight in another line of the same study, is not trained again;
-a start that is gone is trained again first; retention runs after each batch (`oracle_search.retention`)."""
+trained by another row (the same identity), or in flight in another line of the same study, is not trained again
+(which, by identity, is `oracle_search.dedup`'s to say); a start that is gone is trained again first; retention runs
+after each batch (`oracle_search.retention`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,6 +14,7 @@ from typing import Callable
 from ray import tune
 
 from oracle_search import identity, retention
+from oracle_search.dedup import Trained
 from oracle_search.cluster import trial_slots
 from oracle_search.engine import BOOKKEEPING, RERUN, ROW_METRICS, Engine, RunFailed
 from oracle_search.fusion import pack
@@ -68,7 +70,8 @@ class Runner:
         if self.engine is None:
             self.engine = Engine(self.spec, self.experiment, self.address, self.storage, self.progress,
                                  self.trainable, self.max_failures, self.callbacks)
-        self._trainings: dict[str, list[dict]] | None = None  # training -> the rows that trained it (not copies)
+        # Train once (`dedup`): the rows that trained each training, and the trials waiting for one in flight
+        self.trained = Trained(self.ledger.rows, (*ROW_METRICS, "experiment", "trial_id", "checkpoint"))
         self._checked: set[str] = set()  # start checkpoints verified by _check_starts
         self._deleted: set[str] = set()  # checkpoints retention deleted or found deleted (not checked again)
         self._claims: dict[int, retention.Claim] = {}  # what the lines still running will train (`hold`)
@@ -81,7 +84,6 @@ class Runner:
         # A study's phases start trainings from threads of their own (`study.run_study`): one hands over a batch
         # at a time, so a training another phase already runs is waited for, not trained twice.
         self._handing = threading.RLock()
-        self._awaited: dict[str, list[Training]] = {}  # training -> trials of other batches waiting for its row
 
     def __enter__(self) -> "Runner":
         return self
@@ -137,27 +139,15 @@ class Runner:
 
     def _hand_over(self, trials: list[Training], rows: dict[str, dict], reuse: bool,
                    need_checkpoints: bool) -> "Started":
-        """`start`'s hand-over, under `_handing`: the trials without a row train, but those whose training is
-        already in flight (`twins`), which wait for its row."""
-        # twins: trials of a training this batch or (with `reuse`) another phase's already runs; each gets that
-        # training's row once it lands
+        """`start`'s hand-over, under `_handing`: the trials without a row train, but those whose training this
+        batch or (with `reuse`) another phase's already runs (`dedup.Trained.split`), which wait for its row."""
         flying = self.engine.trainings_in_flight(self) if reuse else {}
-        todo, twins, leaders = [], [], set(flying)
-        for t in (t for t in trials if t.key not in rows):
-            training = t.tags.get("training")
-            (twins if training and training in leaders else todo).append(t)
-            if training:
-                leaders.add(training)
-        waiting, running = set(), []  # running: trials handed over before under the same key
-        for t in twins:
-            if (training := t.tags["training"]) in flying:
-                waiting.add(flying[training])
-                self.engine.prioritise(flying[training], t.priority)
-                if flying[training] == t.key:
-                    running.append(t)
-                else:
-                    self._awaited.setdefault(training, []).append(t)
-        twins = [t for t in twins if t not in running]
+        batch = self.trained.split([t for t in trials if t.key not in rows], flying)
+        waiting = set()
+        for key, twin in batch.leaders:
+            waiting.add(key)
+            self.engine.prioritise(key, twin.priority)
+        todo = batch.todo
         if todo:
             self._check_starts(todo)
             for t in todo:
@@ -166,7 +156,7 @@ class Runner:
             self.engine.submit(configs)
             waiting |= {c["key"] for c in configs}  # a fused trial's key stands for its candidates
             self._pinned -= {t.start_checkpoint for t in todo}  # now in flight: `starts_in_flight` keeps them
-        return Started(trials, rows, todo + running, twins, waiting, need_checkpoints)
+        return Started(trials, rows, todo + batch.running, batch.twins, waiting, need_checkpoints)
 
     def ready(self, started: "Started", partial: bool = True) -> dict[str, dict]:
         """The rows of `started`'s trials finished so far, without waiting. With `partial`, a trial that failed
@@ -226,8 +216,7 @@ class Runner:
         if row is None or row.get("training") == t.tags.get("training"):
             return row
         kept = self.ledger.refuse(t.key)
-        if self._trainings is not None and row.get("training") in self._trainings:
-            self._trainings[row["training"]] = [r for r in self._trainings[row["training"]] if r["key"] != t.key]
+        self.trained.refused(row.get("training"), t.key)
         self.progress.say(f"  ledger: {t.key} holds another training ({row.get('training')}, this trial is "
                           f"{t.tags.get('training')}); refused, not reused: moved to {kept.relative_to(self.out)}, "
                           "training it again")
@@ -298,27 +287,11 @@ class Runner:
         return row["checkpoint"]
 
     def _reuse(self, trials: list[Training], need_checkpoints: bool = False) -> dict[str, dict]:
-        """Copies of the rows that already trained `trials`' trainings, under their keys and tags (recorded). A
-        row whose checkpoint is gone is copied only when nothing starts from the copy (not `need_checkpoints`)."""
-        if not any(t.tags.get("training") for t in trials):
-            return {}
+        """Copies of the rows that already trained `trials`' trainings (`dedup.Trained.copies`), recorded."""
         with self._handing:
-            if self._trainings is None:  # training -> the rows that trained it, read from the ledger once
-                self._trainings = {}
-                for row in self.ledger.rows():
-                    if row.get("training") and not row.get("reused"):
-                        self._trainings.setdefault(row["training"], []).append(row)
-            reused = {}
-            for t in trials:
-                rows = self._trainings.get(t.tags.get("training"), [])
-                row = next((r for r in rows if not self._gone(r["checkpoint"])), None)
-                if row is None and not need_checkpoints and rows:
-                    row = rows[0]
-                if row is None:
-                    continue
-                measured = {k: row[k] for k in (*ROW_METRICS, "experiment", "trial_id", "checkpoint") if k in row}
-                reused[t.key] = measured | t.tags | {"key": t.key, "reused": True}
-                self.ledger.record(reused[t.key])
+            reused = self.trained.copies(trials, self._gone, need_checkpoints)
+            for row in reused.values():
+                self.ledger.record(row)
             return reused
 
     def slots(self, per: int = 1) -> int:
@@ -363,13 +336,8 @@ class Runner:
     def landed(self, row: dict) -> None:
         """A finished training's row, from the engine: into the ledger at once, then on screen."""
         self.ledger.record(row)
-        if self._trainings is not None and row.get("training"):
-            # A new row of the training, or the same key trained again (`_restore_starts`): replaces the old one.
-            with self._handing:
-                rows = self._trainings.setdefault(row["training"], [])
-                rows[:] = [r for r in rows if r["key"] != row["key"]] + [row]
         # Trials of other batches waiting for this training get their copies now, not when their batch ends: a
         # copy keeps the checkpoint for its own chain (`retention`), which the leader's chain may move on from first.
         with self._handing:
-            self._reuse(self._awaited.pop(row.get("training"), []))
+            self._reuse(self.trained.landed(row))
         self.progress.trial(row)

@@ -18,7 +18,7 @@ from oracle_search.racing import Pair
 from oracle_search.retention import Claim
 from oracle_search.runner import Runner
 from oracle_search.schema import Method, Stage
-from oracle_search.trials import grid_key, silo_spec, silo_tags
+from oracle_search.trainings import grid_key, silo_spec, silo_tags
 from trainables.atomic import atomic_write_json
 from trainables.schedules import SiloParams
 from trainables.spec import ExperimentSpec

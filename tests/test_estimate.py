@@ -139,7 +139,7 @@ class RecordingRunner(Runner):
     trials: int = 0
     rounds: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # cycle -> values of each batch
 
-    def start(self, trials):  # the Oracle streams its rounds (trials.Streaming): each batch finishes at once
+    def start(self, trials):  # the Oracle streams its rounds (trainings.Streaming): each batch finishes at once
         return Started(trials, self.run(trials), [], [], set())
 
     def ready(self, started, partial=True):

@@ -16,7 +16,7 @@ from oracle_search.engine import Progress
 from oracle_search.runner import Runner
 from oracle_search.ledger import Ledger
 from oracle_search.fitter import trial_key
-from oracle_search.trials import cycle_trial, training_id
+from oracle_search.trainings import cycle_training, training_id
 from oracle_search.schema import read_results
 from trainables.presets import PRESETS
 from trainables.schedules import SiloParams
@@ -24,8 +24,8 @@ from trainables.schedules import SiloParams
 DIGITS = dataclasses.replace(PRESETS["digits-mlp"].spec, epochs=2, cycles=1)
 
 
-def digits_trial(lr: float = 0.05):
-    return cycle_trial(DIGITS, f"t-lr{lr}", 0, 0, lr, None, {"method": "oracle", "stage": "grid"})
+def digits_training(lr: float = 0.05):
+    return cycle_training(DIGITS, f"t-lr{lr}", 0, 0, lr, None, {"method": "oracle", "stage": "grid"})
 
 
 def runner(out: Path, log: io.StringIO | None = None, **kw) -> Runner:
@@ -33,7 +33,7 @@ def runner(out: Path, log: io.StringIO | None = None, **kw) -> Runner:
 
 
 def test_a_row_of_the_same_training_is_reused_without_starting_ray(tmp_path):
-    t = digits_trial()
+    t = digits_training()
     Ledger(tmp_path).record({"key": t.key, "training": t.tags["training"], "val_acc": 90.0})
     with runner(tmp_path, address="ray://nowhere:1") as r:  # would fail if it tried to start Ray
         assert r.run([t])[t.key]["val_acc"] == 90.0
@@ -42,7 +42,7 @@ def test_a_row_of_the_same_training_is_reused_without_starting_ray(tmp_path):
 
 @pytest.mark.slow
 def test_a_ledger_row_of_another_training_identity_is_refused_kept_aside_and_retrained(ray_local, tmp_path):
-    t = digits_trial()
+    t = digits_training()
     with runner(tmp_path) as r:
         first = r.run([t])[t.key]
     assert first["training"] == training_id(DIGITS, 0, 0, 0.05, None)

@@ -576,7 +576,7 @@ def test_on_a_local_ray_with_4_slots_no_slot_idles_while_a_training_could_start(
     import dataclasses
 
     from oracle_search.runner import Runner
-    from oracle_search.trials import Streaming, oracle_trial
+    from oracle_search.trainings import Streaming, oracle_training
     from oracle_search.schema import Stage
     from trainables.presets import PRESETS
 
@@ -589,7 +589,7 @@ def test_on_a_local_ray_with_4_slots_no_slot_idles_while_a_training_could_start(
             assert runner.slots() == 4
             race = Race(Settings((0, 1, 2, 3), most_candidates=len(values)))
             race.add(values)
-            trainer = Streaming(runner, lambda _, pair: oracle_trial(runner, 0, pair[1], pair[0], None, Stage.GRID))
+            trainer = Streaming(runner, lambda _, pair: oracle_training(runner, 0, pair[1], pair[0], None, Stage.GRID))
             check = IdleCheck(trainer, {None: race}, 4)
             run_race(race, check if plan == "streaming" else WaitForAll(check), 4)
             results[plan] = check

@@ -113,7 +113,7 @@ def test_a_trial_from_a_gone_checkpoint_has_its_start_trained_again_and_all_keep
     from oracle_search.pipeline import recorded_spec
     from oracle_search.progress import Progress
     from oracle_search.schema import Stage
-    from oracle_search.trials import cycle_trial, oracle_trial
+    from oracle_search.trainings import cycle_training, oracle_training
 
     out = tmp_path / policy
     assert cli.main(["oracle", "--preset", "tiny", "--cycles", "1", "--grid", "0.02,0.1,0.3", "--tuning-seeds", "1",
@@ -131,7 +131,7 @@ def test_a_trial_from_a_gone_checkpoint_has_its_start_trained_again_and_all_keep
     said = io.StringIO()
     spec = recorded_spec(out)  # as the command resolved it (its precision): the rows' identities are its
     with Runner(out, spec, "restored", progress=Progress(said, live=False)) as runner:
-        got = runner.run([oracle_trial(runner, 1, 0, 0.05, lost, Stage.REFINE)])
+        got = runner.run([oracle_training(runner, 1, 0, 0.05, lost, Stage.REFINE)])
         (row,) = got.values()
         again = runner.ledger.get(lost["key"])
         assert again["retrained"] and again["checkpoint"] != lost["checkpoint"]
@@ -145,7 +145,8 @@ def test_a_trial_from_a_gone_checkpoint_has_its_start_trained_again_and_all_keep
         # Oracle's, was deleted. The leader trains; the twin copies the leader's row, whose checkpoint is there.
         start = next(r for r in rows if r["cycle"] == 0 and r.get("selected"))
         dead = next(r for r in gone if r["cycle"] == 1)
-        twins = [cycle_trial(spec, f"twin{i}", 1, 0, dead["max_lr"], start, {"method": "silo_paper", "stage": "tune"})
+        twins = [cycle_training(spec, f"twin{i}", 1, 0, dead["max_lr"], start,
+                                {"method": "silo_paper", "stage": "tune"})
                  for i in (1, 2)]
         assert twins[0].tags["training"] == dead["training"]
         got = runner.run(twins, need_checkpoints=True)
@@ -154,7 +155,7 @@ def test_a_trial_from_a_gone_checkpoint_has_its_start_trained_again_and_all_keep
 
         # Deleted by hand (no tombstone): the chosen cycle-0 checkpoint; a trial from it trains it again
         shutil.rmtree(start["checkpoint"])
-        runner.run([oracle_trial(runner, 1, 0, 0.2, start, Stage.REFINE)])
+        runner.run([oracle_training(runner, 1, 0, 0.2, start, Stage.REFINE)])
         assert runner.ledger.get(start["key"])["retrained"]
 
     # The start's own row is gone from the ledger too: nothing says how to train it; refused in one line
@@ -163,7 +164,7 @@ def test_a_trial_from_a_gone_checkpoint_has_its_start_trained_again_and_all_keep
     shutil.rmtree(chosen1["checkpoint"])
     with Runner(out, spec, "refused") as runner:
         with pytest.raises(RunFailed, match="is gone and cannot be trained again.*--keep-checkpoints all"):
-            runner.run([oracle_trial(runner, 2, 0, 0.05, chosen1, Stage.REFINE)])
+            runner.run([oracle_training(runner, 2, 0, 0.05, chosen1, Stage.REFINE)])
 
 
 # --- retention from the lines' plans (`retention.Claim`) ----------------------------------------------------------

@@ -1,7 +1,7 @@
-"""What a training is: its identity (two trials with the same id train the same network the same way), its key in
-the ledger, its tags; and `Streaming`, the racing `Trainer` that starts trials on the Runner without waiting. Every
-driver (the Oracle, the baselines, silo_fit, silo_paper) names its trainings here, so no driver imports another
-for them."""
+"""The drivers' trainings (`identity.Training`): each one's identity (two trainings with the same id train the same
+network the same way), its key in the ledger, its tags (`cycle_training`, `oracle_training`, `tuning_training`);
+and `Streaming`, the racing `Trainer` that starts trainings on the Runner without waiting. Every driver (the
+Oracle, the baselines, silo_fit, silo_paper) names its trainings here, so no driver imports another for them."""
 from __future__ import annotations
 
 from typing import Callable, Hashable
@@ -31,22 +31,22 @@ def training_id(spec: ExperimentSpec, cycle: int, seed: int, max_lr: float | Non
 ORACLE_ROUNDS_PER_CYCLE = 2.5
 
 
-def cycle_trial(spec: ExperimentSpec, key: str, cycle: int, seed: int, max_lr: float | None, start: dict | None,
-                tags: dict, priority: float = 0.0) -> Training:
-    """A trial of one cycle, tagged with its training identity so an identical training is never run twice;
+def cycle_training(spec: ExperimentSpec, key: str, cycle: int, seed: int, max_lr: float | None,
+                   start: dict | None, tags: dict, priority: float = 0.0) -> Training:
+    """A training of one cycle, tagged with its training identity so an identical training is never run twice;
     `priority`: the trainings still behind it in its line's plan (`identity.Training.priority`)."""
     return Training(key=key, spec=spec, cycle=cycle, max_lr=max_lr, seed=seed,
                     start_checkpoint=start["checkpoint"] if start else None,
                     tags=tags | {"training": training_id(spec, cycle, seed, max_lr, start)}, priority=priority)
 
 
-def oracle_trial(runner: Runner, cycle: int, seed: int, lr: float, start: dict | None, stage: Stage,
-                 **tags) -> Training:
+def oracle_training(runner: Runner, cycle: int, seed: int, lr: float, start: dict | None, stage: Stage,
+                    **tags) -> Training:
     """An Oracle training; `tags`: more ledger fields (e.g. `for_verdict`)."""
-    return cycle_trial(runner.spec, f"oracle-c{cycle:02d}-s{seed}-lr{grid_key(lr)}{chain_suffix(start)}", cycle,
-                       seed, lr, start, {"method": Method.ORACLE.value, "stage": stage.value,
-                                         "schedule": runner.spec.schedule.name, **tags},
-                       ORACLE_ROUNDS_PER_CYCLE * (runner.spec.cycles - cycle))
+    return cycle_training(runner.spec, f"oracle-c{cycle:02d}-s{seed}-lr{grid_key(lr)}{chain_suffix(start)}", cycle,
+                          seed, lr, start, {"method": Method.ORACLE.value, "stage": stage.value,
+                                            "schedule": runner.spec.schedule.name, **tags},
+                          ORACLE_ROUNDS_PER_CYCLE * (runner.spec.cycles - cycle))
 
 
 def peak_name(spec: ExperimentSpec, lr: float | None) -> str:
@@ -66,25 +66,26 @@ def silo_tags(method: Method, params: SiloParams, stage: Stage, **extra) -> dict
             "delta": params.delta, "q": params.q, "beta": params.beta, **extra}
 
 
-def tune_trial(spec: ExperimentSpec, name: str, lr: float, seed: int):
-    return cycle_trial(spec.with_schedule(name=name), f"{name}-tune-c00-s{seed}-lr{grid_key(lr)}", 0, seed, lr,
-                       None, {"method": name, "stage": Stage.TUNE.value, "schedule": name, "selected": False},
-                       spec.cycles + 1)  # behind it: the schedule's final chain
+def tuning_training(spec: ExperimentSpec, name: str, lr: float, seed: int) -> Training:
+    """A baseline's cycle-0 tuning training of its peak LR (`baselines`)."""
+    return cycle_training(spec.with_schedule(name=name), f"{name}-tune-c00-s{seed}-lr{grid_key(lr)}", 0, seed, lr,
+                          None, {"method": name, "stage": Stage.TUNE.value, "schedule": name, "selected": False},
+                          spec.cycles + 1)  # behind it: the schedule's final chain
 
 
 class Streaming:
     """A racing `Trainer` (oracle_search.racing) on the Runner's long-lived experiment: items start without
     waiting, and `wait` returns as soon as one finishes, so `run_races` tops up the freed slot at once.
-    `trial_of` names the trial an item trains."""
+    `training_of` names the training an item trains."""
 
-    def __init__(self, runner: Runner, trial_of: Callable[[Hashable, tuple[float, int]], Training]):
-        self.runner, self.trial_of = runner, trial_of
+    def __init__(self, runner: Runner, training_of: Callable[[Hashable, tuple[float, int]], Training]):
+        self.runner, self.training_of = runner, training_of
         self.started: list[tuple[dict, Started]] = []  # (item -> trial, what Runner.start returned)
         self.news = 0
 
     def start(self, items: list) -> None:
         if items:
-            trials = {item: self.trial_of(*item) for item in items}
+            trials = {item: self.training_of(*item) for item in items}
             self.started.append((trials, self.runner.start(list(trials.values()))))
 
     def held(self) -> int:
