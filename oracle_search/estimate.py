@@ -31,8 +31,8 @@ timing a few steps and one evaluation on a worker with one trial's resources (`p
 fused network of the grid's candidates when the Oracle fuses (its time / the candidates); where the data is absent,
 on stand-in inputs of its shape, an epoch's steps counted from its published size (`trainables.standin`). With
 `--slots N` a compare is also run whole on a virtual clock (`simulate_job.simulate_compare`: the drivers' own code,
-its lines side by side), and that wall time is the typical estimate: the phase sum counts a phase as wide as it is, not its rounds
-one after another, and on many slots falls short."""
+its lines side by side), and that wall time is the typical estimate: the phase sum counts a phase as wide as it
+is, not its rounds one after another, and on many slots falls short."""
 from __future__ import annotations
 
 import dataclasses
