@@ -17,6 +17,7 @@ from oracle_search.options import (SearchSpace, add_flags, at_least, check_margi
 from trainables.errors import CheckpointError, DataError
 from trainables.presets import DEFAULT_PRESET, PRESETS
 from trainables.schedules import SiloParams, silo_max_lr
+from trainables.shapes import SHAPES
 from trainables.spec import ExperimentSpec, SpecError, validate_silo
 
 EXIT_INVALID, EXIT_FAILED = 2, 1
@@ -110,10 +111,10 @@ def absolute(path: str | None) -> str | None:
     return str(Path(path).expanduser().absolute())
 
 
-def check_inputs(args: argparse.Namespace, spec: ExperimentSpec) -> None:
+def check_inputs(args: argparse.Namespace, spec: ExperimentSpec, load: bool = True) -> None:
     from oracle_search.pipeline import check_inputs as check
 
-    check(spec, address=getattr(args, "address", None), study_storage=getattr(args, "fit.storage", None))
+    check(spec, address=getattr(args, "address", None), study_storage=getattr(args, "fit.storage", None), load=load)
 
 
 # --- commands ----------------------------------------------------------------------------------------------------
@@ -222,9 +223,9 @@ def _checked(command: str, args: argparse.Namespace) -> tuple[ExperimentSpec, An
 
 def cmd_oracle(args: argparse.Namespace) -> int:
     spec, options, per_epoch = _checked("oracle", args)
-    check_inputs(args, spec)
     if args.dry_run:
         return _dry_run("oracle", args, spec, options, per_epoch)
+    check_inputs(args, spec)
     from oracle_search import pipeline  # imports torch and Ray: after every check that needs neither
     from oracle_search.oracle import oracle_table
 
@@ -276,18 +277,9 @@ def cmd_baselines(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """Oracle, SILO (paper and fit), the baselines, then the report: one resumable run on one --out."""
     spec, options, per_epoch = _checked("compare", args)
-    if args.dry_run and per_epoch is not None:
-        # Nothing is timed, so nothing is loaded: the plan needs the spec, not the data (price a study first)
-        return _dry_run("compare", args, spec, options, per_epoch)
-    try:
-        check_inputs(args, spec)
-    except DataError as err:
-        if args.dry_run:  # the probe times a step on the data: without it, the seconds must be given
-            said = str(err).removeprefix(f"{err.field}: ")
-            raise DataError(err.field, f"{said}; or price it without data: --dry-run --seconds-per-epoch S") from err
-        raise
     if args.dry_run:
         return _dry_run("compare", args, spec, options, per_epoch)
+    check_inputs(args, spec)
     from oracle_search import pipeline  # imports torch and Ray: after every check that needs neither
 
     result = pipeline.compare(spec, Path(args.out), options, args.address, args.callback,
@@ -320,12 +312,26 @@ def _cost_inputs(args: argparse.Namespace) -> float | None:
 
 
 def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, options, per_epoch: float | None) -> int:
-    """The plan, the precision and the wall-time estimate; nothing trains and nothing is written to --out."""
+    """The plan, the precision and the wall-time estimate; nothing trains and nothing is written to --out. The plan
+    needs the spec, not the data (price a study first): with --seconds-per-epoch nothing is timed or loaded; else
+    the probe times a few steps on the data, or where it is absent (no --data-dir for a dataset of a known shape,
+    `trainables.shapes`) on stand-in inputs of its shape."""
+    from trainables.standin import stand_in  # imports torch: after the checks that need none
+
+    standin = stand_in(spec) if per_epoch is None else None
+    if per_epoch is None:
+        try:
+            check_inputs(args, spec, load=standin is None)
+        except DataError as err:  # the data is not where --data-dir says, or there is no shape to stand in for it
+            said = str(err).removeprefix(f"{err.field}: ")
+            other = ("leave out --data-dir (stand-in inputs of its shape) or give --seconds-per-epoch S"
+                     if spec.dataset in SHAPES else "--dry-run --seconds-per-epoch S")
+            raise DataError(err.field, f"{said}; or price it without data: {other}") from err
     from oracle_search.estimate import estimate
     from oracle_search.pipeline import resolve_run_precision
 
     spec = resolve_run_precision(spec, Path(args.out), args.address)
-    found = estimate(command, spec, options, args.address, per_epoch, args.slots)
+    found = estimate(command, spec, options, args.address, per_epoch, args.slots, standin)
     print(f"{command} --dry-run: {spec.preset}, {spec.cycles + 1} cycles of {spec.epochs} epochs")
     print("\n".join(found.lines()))
     return 0

@@ -28,10 +28,11 @@ The wall time: typical epochs × seconds per epoch / the slots a phase can fill 
 and GPUs divided by one trial's, `max_concurrent` respected, the same count the Runner runs by; never more than
 the trials a phase hands out at once). Seconds per epoch (one candidate's) come from `--seconds-per-epoch`, or from
 timing a few steps and one evaluation on a worker with one trial's resources (`probe_seconds_per_epoch`), of a
-fused network of the grid's candidates when the Oracle fuses (its time / the candidates). With `--slots N` a compare
-is also run whole on a virtual clock (`simulate_job.simulate_compare`: the drivers' own code, its lines side by
-side), and that wall time is the typical estimate: the phase sum counts a phase as wide as it is, not its rounds
-one after another, and on many slots falls short."""
+fused network of the grid's candidates when the Oracle fuses (its time / the candidates); where the data is absent,
+on stand-in inputs of its shape, an epoch's steps counted from its published size (`trainables.standin`). With
+`--slots N` a compare is also run whole on a virtual clock (`simulate_job.simulate_compare`: the drivers' own code,
+its lines side by side), and that wall time is the typical estimate: the phase sum counts a phase as wide as it
+is, not its rounds one after another, and on many slots falls short."""
 from __future__ import annotations
 
 import dataclasses
@@ -50,14 +51,21 @@ from trainables.atomic import atomic_write_json
 from trainables.timestamps import duration
 from trainables.spec import ExperimentSpec, SpecError
 
-if TYPE_CHECKING:  # the simulation imports Ray, the plans scipy; the estimate's module is imported by --help
+if TYPE_CHECKING:  # the simulation imports Ray, the plans scipy, the stand-in torch; --help imports this module
     from oracle_search.delta import DeltaPlan
     from oracle_search.racing import TuningPlan
     from oracle_search.simulate_job import JobWalls
+    from trainables.standin import StandIn
 
 FIRST_ROUND_VALUES = 3  # a racing cycle's first round (b and its neighbours) on each seed: the Oracle's width
 COMPARED_PER_CYCLE = 2  # values a racing compare completes per cycle before its verdict (simulate.simulate_oracle)
 PROBE_STEPS = 100
+# A probe on stand-in inputs (`trainables.standin`: no data) is brief, so that a dry run prices ResNet-50 on
+# ImageNet in seconds even on a CPU: see `time_epoch`.
+STANDIN_SECONDS = 3.0  # the timed steps (at least 2)
+STANDIN_WARMUP_SECONDS = 1.0  # a CPU's warm-up (at least 1 step: oneDNN builds its kernels in the first)
+STANDIN_EVAL_BATCHES = 2
+STANDIN_CPU_ELEMENTS = 8 * 3 * 224 * 224  # 8 ImageNet images, CIFAR's 128 and more
 MAX_PROBES = 64  # copies of the probe at once on a cluster (each holds one trial's resources)
 _EPS = 1e-9
 ESTIMATE_FILE = "estimate.json"  # in the results folder: written before a run, finished after it, read by the report
@@ -273,13 +281,20 @@ def plan(command: str, spec: ExperimentSpec, options) -> list[Phase]:
 
 # --- slots and the timing probe ------------------------------------------------------------------------------------
 
-def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS, fuse: int = 1) -> dict:
+def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS, fuse: int = 1, standin: StandIn | None = None) -> dict:
     """Seconds of one epoch of `spec` on this process's device and threads: `steps` timed training steps (after
     10 untimed ones) scaled to the epoch's steps, plus one validation pass (CPU time on one CPU thread). A
     training shorter than `steps` is timed over its own length: the probe never costs more than one training.
     `fuse` > 1: the steps and the pass of a fused network of that many candidates (`trainables.fused`), each
     time divided by them: one candidate's share, as a fused trial spends it; replayed from a CUDA graph where the
-    spec asks for one (its eager warm-up and capture fall in the untimed steps), with the trial's cuDNN setting."""
+    spec asks for one (its eager warm-up and capture fall in the untimed steps), with the trial's cuDNN setting.
+
+    `standin`: time on its random inputs instead of the spec's data (a dry run without the data), briefly: the
+    timed steps stop once they took STANDIN_SECONDS (at least 2 steps), a CPU's warm-up after
+    STANDIN_WARMUP_SECONDS (at least 1 step); the validation pass is timed on STANDIN_EVAL_BATCHES probe batches
+    and scaled to the split's size. On a CPU a step holds at most STANDIN_CPU_ELEMENTS input numbers, its time
+    scaled per sample to the spec's batch (ResNet-50's step per sample on one thread of this 2-core Intel Xeon,
+    bf16: 0.38 s at batch 8, 0.35-0.38 s at 16, 32 and 64)."""
     import torch
 
     from trainables.cycle import accuracy, device_backends, make_optimizer, resolve_device, train_step
@@ -289,7 +304,7 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS, fuse: int = 1) ->
 
     device = resolve_device(spec.device)
     device_backends(device, spec)
-    data = load_data(spec).to(device)
+    data = (standin or load_data(spec)).to(device)
     torch.manual_seed(spec.seed)
     model = build_model(spec.model, data.input_shape, data.num_classes).to(device)
     generator = torch.Generator().manual_seed(spec.seed)
@@ -312,31 +327,47 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS, fuse: int = 1) ->
     # On one CPU thread, that thread's CPU time: other processes on a busy machine would otherwise make it the
     # estimate of the moment (seen here: 5x at load 12 on 2 cores). Else (a GPU, several threads) the wall clock.
     clock = time.thread_time if device.type == "cpu" and torch.get_num_threads() == 1 else time.perf_counter
+    cpu = device.type == "cpu"
+    batch = spec.batch_size
+    if standin is not None and cpu:  # ResNet-50 at 224 px: a step of 64 takes 25 s of a thread here, of 8 3 s
+        batch = max(1, min(batch, STANDIN_CPU_ELEMENTS // math.prod(data.input_shape)))
 
-    def run(n: int) -> float:
+    def run(n: int, budget: float = math.inf, least: int = 1) -> tuple[float, int]:
+        """`n` steps, or fewer (at least `least`) once they took `budget` seconds: their time and count."""
         (fused if fuse > 1 else model).train()
         start, done = clock(), 0
-        while done < n:
-            for x, y in data.batches("train", spec.batch_size, generator):
+
+        def enough() -> bool:
+            return done >= n or (done >= least and clock() - start >= budget)
+
+        while not enough():
+            for x, y in data.batches("train", batch, generator):
                 loss = train(x, y)
                 done += 1
-                if done == n:
+                if enough():
                     break
         float(loss)  # waits for the device
-        return clock() - start
+        return clock() - start, done
 
     per_epoch = math.ceil(data.size("train") / spec.batch_size)
     steps = max(1, min(steps, spec.epochs * per_epoch))
-    run(min(10, steps))  # the first steps build the allocator's pools and oneDNN's kernels
-    step = run(steps) / steps / fuse
+    brief = standin is not None
+    # The first steps build the allocator's pools and oneDNN's kernels; on a GPU, cuDNN's choices and a CUDA
+    # graph's capture too, so a GPU's warm-up is never cut short.
+    run(min(10, steps), STANDIN_WARMUP_SECONDS if brief and cpu else math.inf)
+    seconds, steps = run(steps, STANDIN_SECONDS if brief else math.inf, least=min(2, steps))
+    step = seconds / steps / fuse * spec.batch_size / batch
+    # A stand-in's pass is timed on a part of the split (its whole would cost ImageNet 12,812 forward passes)
+    evaluated = data.capped("val", STANDIN_EVAL_BATCHES * batch) if brief else data
     start = clock()
     if fuse > 1:
-        fused_accuracy(fused, data, "val", spec, device)
+        fused_accuracy(fused, evaluated, "val", spec, device)
     else:
-        accuracy(model, data, "val", spec, device)
-    evaluation = (clock() - start) / fuse
-    return {"seconds_per_epoch": per_epoch * step + evaluation, "step": step, "steps": steps,
-            "evaluation": evaluation, "steps_per_epoch": per_epoch, "device": str(device), "fuse": fuse}
+        accuracy(model, evaluated, "val", spec, device)
+    evaluation = (clock() - start) / fuse * data.size("val") / evaluated.size("val")
+    return {"seconds_per_epoch": per_epoch * step + evaluation, "step": step, "steps": steps, "batch": batch,
+            "evaluation": evaluation, "evaluated": evaluated.size("val"), "steps_per_epoch": per_epoch,
+            "device": str(device), "fuse": fuse}
 
 
 def copy_gpus(copies: int, gpus_per_trial: float, gpus: int) -> list[int]:
@@ -347,15 +378,16 @@ def copy_gpus(copies: int, gpus_per_trial: float, gpus: int) -> list[int]:
     return [int(i * gpus_per_trial) for i in range(max(1, min(copies, fit)))]
 
 
-def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together: int = 1, fuse: int = 1) -> dict:
+def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together: int = 1, fuse: int = 1,
+                            standin: StandIn | None = None) -> dict:
     """`time_epoch` where trials run, with torch limited to one trial's CPUs, `together` copies at once: trials
     running side by side slow each other down (shared caches, memory bandwidth, clock speed: 1.27x per training
     for 2 trials on this 2-core machine's main job), so the probe runs as many at once as the run will. On a
     cluster, Ray tasks holding one trial's resources each; where every trial runs on this machine
     (cluster.trials_run_here), threads of this process (a Ray worker's start costs more than the whole probe), at
     most one per trial's share of this machine's CPUs, and on GPUs each copy on the GPU its trial would get
-    (`copy_gpus`). `fuse`: time a fused network of that many candidates (`time_epoch`). The answer is the copies'
-    mean, with how many ran (`copies`)."""
+    (`copy_gpus`). `fuse`: time a fused network of that many candidates, `standin`: on its random inputs instead
+    of the data (`time_epoch`). The answer is the copies' mean, with how many ran (`copies`)."""
     from oracle_search.cluster import local_trial_device, trials_run_here
 
     res, threads = spec.resources, spec.resources.threads
@@ -365,10 +397,11 @@ def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together:
 
         copies = max(1, min(together, (os.cpu_count() or 1) // threads))
         local = dataclasses.replace(spec, device=local_trial_device(spec))
-        load_data(local)  # once, before the copies start: they share load_data's cache
+        if standin is None:
+            load_data(local)  # once, before the copies start: they share load_data's cache
         if local.device != "cuda":
             def timed(_: int) -> dict:
-                return time_epoch(local, fuse=fuse)
+                return time_epoch(local, fuse=fuse, standin=standin)
         else:
             import torch
 
@@ -377,7 +410,7 @@ def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together:
 
             def timed(i: int) -> dict:
                 with torch.cuda.device(gpus[i]):  # the current device is per thread: resolve_device("cuda") finds it
-                    return time_epoch(local, fuse=fuse)
+                    return time_epoch(local, fuse=fuse, standin=standin)
         with torch_threads(threads), ThreadPoolExecutor(copies) as pool:
             return _mean(list(pool.map(timed, range(copies))))
     import ray
@@ -388,17 +421,18 @@ def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together:
     connect(address, runtime_env(spec))
 
     @ray.remote
-    def probe(spec: ExperimentSpec, threads: int, fuse: int) -> dict:
+    def probe(spec: ExperimentSpec, threads: int, fuse: int, standin: StandIn | None) -> dict:
         import torch
 
         from oracle_search.estimate import time_epoch
 
         torch.set_num_threads(threads)
         use_cuda = bool(ray.get_gpu_ids()) and torch.cuda.is_available()
-        return time_epoch(dataclasses.replace(spec, device="cuda" if use_cuda else "cpu"), fuse=fuse)
+        return time_epoch(dataclasses.replace(spec, device="cuda" if use_cuda else "cpu"), fuse=fuse,
+                          standin=standin)
 
     task = probe.options(num_cpus=res.cpus_per_trial, num_gpus=res.gpus_per_trial)
-    return _mean(ray.get([task.remote(spec, threads, fuse) for _ in range(max(1, min(together, MAX_PROBES)))]))
+    return _mean(ray.get([task.remote(spec, threads, fuse, standin) for _ in range(max(1, min(together, MAX_PROBES)))]))
 
 
 def _mean(timed: list[dict]) -> dict:
@@ -430,9 +464,11 @@ def oracle_walls(command: str, spec: ExperimentSpec, options, slots: int, second
 
 
 def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
-             seconds_per_epoch: float | None = None, slots: int | None = None) -> Estimate:
+             seconds_per_epoch: float | None = None, slots: int | None = None,
+             standin: StandIn | None = None) -> Estimate:
     """The plan of `command` and its wall time; `spec.precision` must be resolved already. Nothing is timed when
-    `seconds_per_epoch` is given. `slots`: plan on that many slots instead of the cluster's (the probe still runs
+    `seconds_per_epoch` is given; else the probe times the data, or `standin`'s inputs where the data is absent
+    (`trainables.standin.stand_in`). `slots`: plan on that many slots instead of the cluster's (the probe still runs
     as many copies at once as this cluster's trials would), and simulate the Oracle's search on them
     (`oracle_walls`; unfused trials only: a fused trial's candidates share one slot)."""
     from oracle_search.cluster import trial_slots
@@ -446,12 +482,15 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
     else:
         # Fused, the probe times a fused network of the grid's candidates, the Oracle's first and widest round.
         fuse = min(phases[0].fuse, len(set(spec.grid)))
-        t = probe_seconds_per_epoch(spec, address, together=here, fuse=fuse)
+        t = probe_seconds_per_epoch(spec, address, together=here, fuse=fuse, standin=standin)
         per_epoch = t["seconds_per_epoch"]
         fused = f", {fuse} candidates fused, a candidate's share" if fuse > 1 else ""
-        source = (f"timed ({t['device']}, {spec.resources.threads} thread(s), {t['copies']} at once{fused}): "
-                  f"{t['steps']} steps of {t['step'] * 1e3:.2f} ms x {t['steps_per_epoch']} + one evaluation "
-                  f"{t['evaluation'] * 1e3:.0f} ms")
+        where = f"{t['device']}, {spec.resources.threads} thread(s), {t['copies']} at once{fused}"
+        if standin is None:
+            source = (f"timed ({where}): {t['steps']} steps of {t['step'] * 1e3:.2f} ms x {t['steps_per_epoch']} "
+                      f"+ one evaluation {t['evaluation'] * 1e3:.0f} ms")
+        else:
+            source = standin_source(t, spec, standin, where)
     replicates = options.replicates if command == "compare" else 1
     simulated = slots is not None and phases[0].fuse == 1
     walls = oracle_walls(command, spec, options, n, spec.epochs * per_epoch) if simulated else None
@@ -474,6 +513,18 @@ def write_expected(out: Path, command: str, spec: ExperimentSpec, options, addre
         return
     write(out, found)
     say(f"estimate: {found.lines()[-1].removeprefix('estimate: ')}")
+
+
+def standin_source(t: dict, spec: ExperimentSpec, standin: StandIn, where: str) -> str:
+    """Where a stand-in probe's seconds per epoch come from, in words: what was timed, and what is real (the
+    epoch's steps, from the dataset's published size)."""
+    B, b = spec.batch_size, t["batch"]
+    scaled = f" (steps of {b} samples, scaled per sample to {B})" if b != B else ""
+    return (f"timed on stand-in inputs of {standin.name}'s shape, {t['steps']} steps; no data read: {where}, "
+            f"{'x'.join(map(str, standin.input_shape))} and {standin.num_classes} classes; a step of {B} "
+            f"{t['step']:.3g} s{scaled} x {t['steps_per_epoch']:,} steps an epoch ({standin.size('train'):,} "
+            f"training images / {B}) + one evaluation of {standin.size('val'):,} images {t['evaluation']:.3g} s "
+            f"(timed on {t['evaluated']:,})")
 
 
 def write(out: Path, found: Estimate) -> None:

@@ -94,11 +94,14 @@ def prepare_out(out: Path, spec: ExperimentSpec) -> None:
     atomic_write_json(out / "spec.json", stored)
 
 
-def check_inputs(spec: ExperimentSpec, *, address: str | None = None, study_storage: str | None = None) -> None:
+def check_inputs(spec: ExperimentSpec, *, address: str | None = None, study_storage: str | None = None,
+                 load: bool = True) -> None:
     """Everything that can be checked before a run starts: the data loads, a local machine can hold one trial,
-    the study storage opens. A failure is invalid input (SpecError), with nothing written."""
+    the study storage opens. A failure is invalid input (SpecError), with nothing written. `load`: False for a
+    dry run that times stand-in inputs where the data is absent (`trainables.standin`)."""
     check_names(spec)
-    load_data(spec)
+    if load:
+        load_data(spec)
     runtime_env(spec)  # the import paths' modules can be shipped to Ray workers
     res = spec.resources
     from oracle_search.cluster import cluster_address

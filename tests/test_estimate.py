@@ -10,6 +10,7 @@ import json
 import math
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from oracle_search.progress import Progress
 from oracle_search.delta import ROUNDS, DeltaPlan
 from trainables.presets import PRESETS
 from trainables.spec import Resources
+from trainables.standin import stand_in
 
 # digits-mlp: grid 0.02, 0.05, 0.1, 0.2 (G = 4), 30 epochs, LR warmup; here 2 cycles, 3 seeds, refine 1, fit 8
 # trials x 1 seed, 3 evaluation seeds, max 2 trials at once.
@@ -265,6 +267,63 @@ def test_the_probe_runs_as_many_copies_at_once_as_trials_will_run_on_this_machin
         assert timed["copies"] == want and timed["seconds_per_epoch"] > 0
         assert timed["seconds_per_epoch"] == pytest.approx(timed["steps_per_epoch"] * timed["step"]
                                                            + timed["evaluation"])
+
+
+def stand_in_line(text: str) -> str:
+    line = next(x for x in text.splitlines() if x.startswith("seconds per epoch: "))
+    assert re.match(r"seconds per epoch: [\d.e+]+ \(timed on stand-in inputs of \w+'s shape, \d+ steps; no data "
+                    r"read: cpu, 1 thread\(s\), \d at once", line), line
+    return line
+
+
+def test_a_dry_run_without_the_data_times_stand_in_inputs_of_its_shape(tmp_path, capsys):
+    """The paper's ResNet-20 / CIFAR-10 priced with no --data-dir (issue 53): the probe times ResNet-20's steps of
+    128 on random inputs of CIFAR-10's shape, and counts an epoch's steps from CIFAR's real size (50,000 less the
+    preset's 10 % validation = 45,000, / 128 = 352), says so, writes nothing, and gives the wall in days or hours
+    with what bounds it. One cycle and one replicate keep the simulation short."""
+    out = tmp_path / "run"
+    code, text, err = run(capsys, "compare", "--preset", "resnet20-cifar10", "--cycles", "1", "--replicates", "1",
+                          "--dry-run", "--slots", "64", "--out", str(out))
+    assert code == 0, err
+    assert not out.exists()
+    line = stand_in_line(text)
+    assert "cifar10's shape" in line and "3x32x32 and 10 classes" in line and "scaled" not in line
+    assert "x 352 steps an epoch (45,000 training images / 128)" in line and "evaluation of 5,000 images" in line
+    assert re.search(r"\nestimate: [\d.]+ (h|days) \([\d,]+ s\) of training on 64 slot", text), text
+    assert re.search(r"; bounded by (the chain|the work)", text), text
+
+
+def test_the_stand_in_probe_times_a_few_steps_of_a_batch_a_cpu_holds_and_scales_them_to_the_epoch():
+    """ImageNet's shape on a CPU: steps of 8 images (STANDIN_CPU_ELEMENTS), their time scaled per sample to the
+    batch of 128, x ceil(1,268,355 / 128) = 9,910 steps an epoch; the validation pass (12,812 images) timed on 2
+    batches of 8 and scaled. The MLP in place of ResNet-50 keeps it cheap."""
+    spec = dataclasses.replace(PRESETS["resnet50-imagenet"].spec, model="mlp", device="cpu", precision="fp32")
+    standin = stand_in(spec)
+    assert standin.sizes == {"train": 1_268_355, "val": 12_812, "test": 50_000}
+    timed = estimate.time_epoch(spec, standin=standin)
+    assert (timed["batch"], timed["steps_per_epoch"], timed["evaluated"]) == (8, 9_910, 16)
+    assert 2 <= timed["steps"] <= estimate.PROBE_STEPS
+    assert timed["seconds_per_epoch"] == pytest.approx(9_910 * timed["step"] + timed["evaluation"])
+    assert stand_in(dataclasses.replace(spec, data_dir=str(Path.cwd()))) is None  # data given: it is timed
+
+
+@pytest.mark.slow  # ResNet-50 at 224 px, a few steps of 8 on each CPU: about half a minute
+def test_a_dry_run_of_resnet50_imagenet_without_the_data(tmp_path, capsys):
+    code, text, err = run(capsys, "compare", "--preset", "resnet50-imagenet", "--cycles", "1", "--replicates", "1",
+                          "--dry-run", "--slots", "64", "--out", str(tmp_path / "run"))
+    assert code == 0, err
+    line = stand_in_line(text)
+    assert "imagenet's shape" in line and "3x224x224 and 1000 classes" in line
+    assert "(steps of 8 samples, scaled per sample to 128) x 9,910 steps an epoch (1,268,355 training images" in line
+    assert re.search(r"\nestimate: [\d.]+ days \(", text), text
+
+
+def test_a_dry_run_whose_data_dir_does_not_hold_the_data_exits_2_saying_how_to_price_without_it(tmp_path, capsys):
+    code, text, err = run(capsys, "compare", "--preset", "resnet20-cifar10", "--dry-run", "--data-dir",
+                          str(tmp_path / "absent"), "--out", str(tmp_path / "run"))
+    assert code == 2 and not text and err.count("\n") == 1
+    assert err.startswith("oracle-search: error: data-dir: no cifar-10-batches-py/ folder in ")
+    assert "or price it without data: leave out --data-dir (stand-in inputs of its shape)" in err
 
 
 @pytest.mark.parametrize("bad", ["-1", "0", "nan", "inf", "abc"])

@@ -16,6 +16,7 @@ from trainables.data import DataError
 from trainables.plugins import build_model, load_data
 from trainables.imagenet import ImageFolderData
 from trainables.paper_presets import CIFAR_TRAIN, IMAGENET_TRAIN, PAPER_PRESETS
+from trainables.standin import stand_in
 
 # name: (table, train iterations, batch, warmup end and drops in iterations, SILO epsilon, delta)
 TABLES = {
@@ -100,6 +101,22 @@ def quick(name, data_root):
         rewind_epoch=min(s.rewind_epoch, 1), num_samples=0 if imagenet else 10, batch_size=4, cycles=1,
         score_batches=1, device="cpu", val_fraction=0.34 if imagenet else 0.2,
         precision="fp32")  # as `counted` below evaluates: bf16 could flip one of these few samples
+
+
+@pytest.mark.parametrize("name", ["resnet20-cifar10", "densenet40-cifar100", "resnet50-imagenet"])
+def test_the_stand_in_splits_and_shapes_its_data_as_the_loader_does(name, data_root):
+    """A dry run without the data counts an epoch's steps from `trainables.shapes`' sizes split as
+    `DatasetShape.splits` says, and times random inputs of its shape: on a fake copy in the real format (all of its
+    training images as `num_samples`), the loader's training and validation splits and input shape are the
+    stand-in's (ImageNet's 224 px crops of 24x30 images too), and so are CIFAR's classes."""
+    spec = quick(name, data_root)
+    data = load_data(spec)
+    pool = data.size("train") + data.size("val")
+    standin = stand_in(dataclasses.replace(spec, data_dir=None, num_samples=pool))
+    assert [standin.size(s) for s in ("train", "val")] == [data.size(s) for s in ("train", "val")]
+    assert standin.input_shape == data.input_shape
+    if spec.dataset != "imagenet":  # the fake ImageNet has 2 classes
+        assert standin.num_classes == data.num_classes
 
 
 @pytest.mark.slow  # a real (if short) training of each paper network: 15-35 s apiece on 2 cores

@@ -22,6 +22,7 @@ import torch
 
 from trainables.atomic import atomic_write
 from trainables.errors import DataError  # noqa: F401  (re-exported)
+from trainables.shapes import SHAPES
 from trainables.streamed import SPLITS, DatasetSplits, _Seeded, batch_seed  # noqa: F401  (DatasetSplits re-exported)
 
 if TYPE_CHECKING:
@@ -171,8 +172,8 @@ def synthetic(spec: "ExperimentSpec") -> TensorData:
 
 
 CIFAR_FOLDERS = {
-    "cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], b"labels", 10),
-    "cifar100": ("cifar-100-python", ["train"], ["test"], b"fine_labels", 100),
+    "cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], b"labels"),
+    "cifar100": ("cifar-100-python", ["train"], ["test"], b"fine_labels"),
 }
 CIFAR_MEAN = np.array([0.4914, 0.4822, 0.4465], dtype=np.float32)[:, None, None]
 CIFAR_STD = np.array([0.2470, 0.2435, 0.2616], dtype=np.float32)[:, None, None]
@@ -194,14 +195,14 @@ def _read_cifar(root: Path, files: list[str], label_key: bytes) -> tuple[np.ndar
 
 def cifar(spec: "ExperimentSpec") -> TensorData:
     """CIFAR-10/100 from `--data-dir` in torchvision's format (the extracted python pickles); never downloads."""
-    folder, train_files, test_files, label_key, classes = CIFAR_FOLDERS[spec.dataset]
+    folder, train_files, test_files, label_key = CIFAR_FOLDERS[spec.dataset]
     if spec.data_dir is None:
         raise DataError("data-dir", f"{spec.dataset} needs --data-dir, the folder holding {folder}/")
     root = Path(spec.data_dir) / folder
     if not root.is_dir():
         raise DataError("data-dir", f"no {folder}/ folder in {spec.data_dir} (torchvision's format; nothing is downloaded)")
     return _split(*_read_cifar(root, train_files, label_key), spec, _read_cifar(root, test_files, label_key),
-                  classes, augment=True)
+                  SHAPES[spec.dataset].num_classes, augment=True)
 
 
 def imagenet(spec: "ExperimentSpec") -> "DatasetSplits":

@@ -14,11 +14,12 @@ import torch
 
 from trainables.streamed import SPLITS, DatasetSplits
 from trainables.errors import DataError
+from trainables.shapes import SHAPES
 
 if TYPE_CHECKING:
     from trainables.spec import ExperimentSpec
 
-IMAGE_SIZE = 224  # the side of the training crop and of the evaluation center crop
+IMAGE_SIZE = SHAPES["imagenet"].input_shape[-1]  # 224: the side of the training crop and of the evaluation center crop
 RESIZE = 256  # evaluation resizes the short side to this first
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 

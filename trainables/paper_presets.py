@@ -9,10 +9,11 @@ paper's range 1e-4 .. 1e-1 (§5 (3)). `data_dir` is left to `--data-dir`.
 from __future__ import annotations
 
 from trainables.schedules import ScheduleSpec, SiloParams
+from trainables.shapes import SHAPES
 from trainables.spec import ExperimentSpec, OptimizerSpec, Preset
 
-CIFAR_TRAIN = 45_000  # CIFAR's 50,000 training images less a 10 % validation split
-IMAGENET_TRAIN = 1_268_355  # ImageNet-1k's 1,281,167 training images less a 1 % validation split
+CIFAR_TRAIN = SHAPES["cifar10"].splits(0.1)["train"]  # 45,000: CIFAR's 50,000 less a 10 % validation split
+IMAGENET_TRAIN = SHAPES["imagenet"].splits(0.01)["train"]  # 1,268,355: ImageNet-1k's 1,281,167 less 1 %
 GRID = tuple(float(f"{10 ** (-4 + 3 * i / 7):.3g}") for i in range(8))  # 1e-4 .. 1e-1, 8 log-spaced values
 
 
