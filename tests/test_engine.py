@@ -214,6 +214,25 @@ def test_after_a_batch_of_one_the_next_batch_runs_on_every_actor_again(ray_local
     assert len(first) == 2 and pids(log, "defg") == first
 
 
+@pytest.mark.slow
+def test_the_actors_grow_to_the_slots_when_trials_are_shorter_than_an_actors_start(ray_local, tmp_path):
+    """4 slots (half a CPU a trial on the 2-CPU Ray), a first batch of 2, then batches of 8 trials far shorter than
+    an actor's start: Tune used to hand each pending trial to a freed actor and remove the one already starting, so
+    the run stayed on its first 2 actors (measured on the digits compare: 4 of 8 slots). The hook lets a started
+    actor come up: the later batches run on more than 2."""
+    spec = dataclasses.replace(TINY, resources=dataclasses.replace(TINY.resources, cpus_per_trial=0.5))
+    log = tmp_path / "pids"
+    log.mkdir()
+    with Runner(out=tmp_path / "run", spec=spec, experiment="engine", progress=Progress(io.StringIO()),
+                trainable=partial(record_pid, str(log))) as r:
+        assert r.slots() == 4
+        r.run([trial("a", seed=0), trial("b", seed=1)])
+        for k in range(3):
+            r.run([trial(f"w{k}{i}", seed=2 + 8 * k + i) for i in range(8)])
+    assert len(pids(log, "ab")) == 2
+    assert len(pids(log, {f"w{k}{i}" for k in (1, 2) for i in range(8)})) > 2
+
+
 def test_the_warm_actor_hook_applies_on_the_installed_ray():
     """The private Tune method exists here with the parameters the hook passes: wrapped while the hook lasts, then
     the original again. Fails on a Ray whose internals moved, before anyone loses the speed-up silently."""
