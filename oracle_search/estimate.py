@@ -12,12 +12,11 @@ The counts follow the drivers' rules (docs/design.md, "Which values are trained"
 - **Baselines.** Each benchmark schedule's peaks on cycle 0: the grid on every tuning seed; the spec's own
   schedule is the Oracle's cycle-0 grid, reused. Final runs: every baseline and SILO variant, cycles 0..L on
   every evaluation seed.
-"Typical" Oracle and baselines' tuning counts come from running the drivers' own searches (`racing.OracleSearch`,
-`racing.tuning_race`, racing or exhaustive as the options say) on a virtual clock against a stated accuracy model
-(`oracle_search.simulate`: a parabola in ln max_lr with the noise and curvature measured on the default), the mean
-of a few simulated runs; a racing `compare` also completes two values per cycle before its verdict. silo_paper's δ
-search is simulated the same way (`silo_paper.DeltaPlan` on the model in ln δ). "At most" is the exhaustive plan's
-closed form, whatever the model.
+"Typical" counts: one replicate of the command run by its own drivers (`study.run_study` for `compare`, with its
+verdict's completions; `study.oracle_cycles` for `oracle`) on the one simulator (`simulate_job.simulate`: a
+simulated engine on the run's slots, answered by the stated accuracy model of `oracle_search.simulate`), each
+phase's trainings counted from the simulated ledger by method and stage (`phase_of`, `typical`). "At most" is the
+exhaustive plan's closed form, whatever the model.
 
 Trials: with fusion (`--fuse`; by default every candidate of a (seed, cycle) on GPUs) the engine trains up to `fuse`
 max_lr candidates of one (seed, cycle, start) as one fused network in one Tune trial (`fusion.pack`):
@@ -28,9 +27,10 @@ The wall time: typical epochs × seconds per epoch / the slots a phase can fill 
 and GPUs divided by one trial's, `max_concurrent` respected, the same count the Runner runs by; never more than
 the trials a phase hands out at once). Seconds per epoch (one candidate's) come from `--seconds-per-epoch`, or from
 timing a few steps and one evaluation on a worker with one trial's resources (`probe_seconds_per_epoch`), of a
-fused network of the grid's candidates when the Oracle fuses (its time / the candidates). With `--slots N` a compare
-is also run whole on a virtual clock (`simulate_job.simulate_compare`: the drivers' own code, its lines side by
-side), and that wall time is the typical estimate: the phase sum counts a phase as wide as it is, not its rounds
+fused network of the grid's candidates when the Oracle fuses (its time / the candidates). With `--slots N` the
+Oracle alone is simulated both ways on N slots (`oracle_walls`), and a compare is run whole, every replicate, on
+the simulator (its lines side by side; that one simulation's replicates also give the typical counts, their
+mean): its wall time is the typical estimate, since the phase sum counts a phase as wide as it is, not its rounds
 one after another, and on many slots falls short."""
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""A whole `compare` on a virtual clock: the drivers' own code (`study.run_study` for every replicate, its lines
-side by side) on a simulated engine with N slots, each training answered by the dry run's stated accuracy model
-(`simulate.AccuracyModel`) and lasting its epochs × the seconds per epoch × a lognormal factor (`simulate.SPREAD`).
+"""The one simulator: a command on a virtual clock, run by its own drivers (`compare`: `study.run_study` for every
+replicate, its lines side by side; `oracle`: `study.oracle_cycles`) on a simulated engine with N slots, each
+training answered by the dry run's one stated accuracy model (`simulate.AccuracyModel`) and lasting its epochs × the
+seconds per epoch × a lognormal factor (`simulate.SPREAD`).
 It gives the job's wall time on N slots and, beside it, the longest chain of dependent trainings in the same run:
-what the wall time would be with a slot for every training that is ready.
+what the wall time would be with a slot for every training that is ready; and each replicate's ledger, from which
+the estimate counts its typical trainings (`estimate.typical`).
 
 **The clock** moves only when every line of work waits on the engine (`SimEngine`): a driver's thread that hands
 over trainings and waits, or waits on another line's event, stops counting; when none counts, the trainings

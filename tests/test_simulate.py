@@ -65,7 +65,8 @@ def test_another_model_moves_the_racing_count_outside_the_check():
     soon; the copy of the driver's loop this replaced dropped nothing there and trained a quarter more.)"""
     racing = OracleOptions(mode="racing")
     counts = {name: oracle(racing, 2, spec=DEFAULT, **kw)[0].trainings
-              for name, kw in (("model", {}), ("curved", {"curvature": 4 * CURVATURE}), ("noisy", {"noise": 4 * NOISE}))}
+              for name, kw in (("model", {}), ("curved", {"curvature": 4 * CURVATURE}),
+                               ("noisy", {"noise": 4 * NOISE}))}
     assert counts["model"] == pytest.approx(130, rel=0.15), counts
     assert counts["curved"] < 0.85 * 130 and counts["noisy"] > 1.15 * 130, counts
 
