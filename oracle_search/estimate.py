@@ -53,7 +53,7 @@ from trainables.spec import ExperimentSpec, SpecError
 if TYPE_CHECKING:  # the simulation imports Ray, the plans scipy; the estimate's module is imported by --help
     from oracle_search.delta import DeltaPlan
     from oracle_search.racing import TuningPlan
-    from oracle_search.simulate_job import JobWalls
+    from oracle_search.simulate_job import JobWalls, Simulation
 
 FIRST_ROUND_VALUES = 3  # a racing cycle's first round (b and its neighbours) on each seed: the Oracle's width
 PROBE_STEPS = 100
@@ -276,21 +276,16 @@ def typical(spec: ExperimentSpec, ledgers: list[list[dict]]) -> dict[str, int]:
     return {phase: math.ceil(len(found) / len(ledgers)) for phase, found in trainings.items()}
 
 
-def simulated_run(command: str, spec: ExperimentSpec, options, slots: int, seconds_per_epoch: float = 1.0):
-    """One replicate of `command` on `slots` simulated slots (`simulate_job.simulate`): the drivers' own code on
-    the accuracy model. Its counts hold whatever the seconds: every training's seconds scale alike."""
-    from oracle_search.simulate_job import simulate  # Ray and Tune: not at the top (--help imports this module)
-
-    one = dataclasses.replace(options, replicates=1) if command == "compare" else options
-    return simulate(command, spec, one, slots, seconds_per_epoch)
+def one_replicate(command: str, options):
+    """`options` for one replicate: a compare's counts are per replicate, and the plans do not depend on R."""
+    return dataclasses.replace(options, replicates=1) if command == "compare" else options
 
 
-def plan(command: str, spec: ExperimentSpec, options, slots: int, simulated=None) -> list[Phase]:
+def plan(command: str, spec: ExperimentSpec, options, simulated: Simulation) -> list[Phase]:
     """The phases `command` ("oracle" or "compare") runs with `options` (pipeline.OracleOptions or
     CompareOptions), fused as the engine fuses them: one Runner, with `--fuse`, runs every phase of a command.
-    Typically: the trainings of `simulated` (a `simulate_job.Simulation` of the command; else one replicate
-    simulated here on `slots`: the plans widen with the slots, `OracleSearch.for_slots`)."""
-    simulated = simulated or simulated_run(command, spec, options, slots)
+    Typically: the trainings of `simulated`, the command simulated on the run's slots (`simulate_job.simulate`:
+    the plans widen with the slots, `OracleSearch.for_slots`)."""
     counts = typical(spec, simulated.ledgers)
     if command == "oracle":
         k = candidates_per_trial(spec, options.fuse)
@@ -462,14 +457,13 @@ def oracle_walls(spec: ExperimentSpec, options, slots: int, seconds_per_epoch: f
     """The Oracle alone (`options`: pipeline.OracleOptions) on `slots`, simulated with racing and with exhaustive
     search (`simulate_job.simulate`: the `oracle` command's own driver on the accuracy model). `simulated`: the
     Oracle already simulated in `options.mode` on these slots, at these seconds."""
-    walls = {}
-    for mode in ORACLE_MODES:
+    from oracle_search.simulate_job import simulate  # Ray and Tune: not at the top (--help imports this module)
+
+    def wall(mode: str) -> float:
         if simulated is not None and mode == options.mode:
-            walls[mode] = simulated.walls.wall
-        else:
-            walls[mode] = simulated_run("oracle", spec, dataclasses.replace(options, mode=mode), slots,
-                                        seconds_per_epoch).walls.wall
-    return walls
+            return simulated.walls.wall
+        return simulate("oracle", spec, dataclasses.replace(options, mode=mode), slots, seconds_per_epoch).walls.wall
+    return {mode: wall(mode) for mode in ORACLE_MODES}
 
 
 def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
@@ -480,6 +474,7 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
     (`oracle_walls`) and a compare whole (`simulate_job`, whose replicates' ledgers then give the typical counts;
     unfused trials only: a fused trial's candidates share one slot)."""
     from oracle_search.cluster import trial_slots
+    from oracle_search.simulate_job import simulate  # Ray and Tune: not at the top (--help imports this module)
 
     positive_seconds(seconds_per_epoch)
     here = trial_slots(spec, address)
@@ -498,19 +493,15 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
                   f"{t['evaluation'] * 1e3:.0f} ms")
     replicates = options.replicates if command == "compare" else 1
     on_slots = slots is not None and fuse == 1
-    if on_slots and command == "compare":
-        from oracle_search.simulate_job import simulate  # Ray and Tune: not at the top (--help imports this module)
-
-        simulated = simulate(command, spec, options, n, per_epoch)  # the whole job: its walls and its counts
-    else:
-        simulated = simulated_run(command, spec, options, n, per_epoch)
-    phases = plan(command, spec, options, n, simulated)
-    walls = job = None
+    whole = on_slots and command == "compare"  # the whole job, every replicate: its walls, and its counts
+    simulated = simulate(command, spec, options if whole else one_replicate(command, options), n, per_epoch)
+    phases = plan(command, spec, options, simulated)
+    walls = None
     if on_slots:
         oracle = options if command == "oracle" else options.oracle
         walls = oracle_walls(spec, oracle, n, per_epoch, simulated if command == "oracle" else None)
-        job = simulated.walls if command == "compare" else None
-    return Estimate(command, spec.precision, n, per_epoch, source, phases, replicates, walls, job)
+    return Estimate(command, spec.precision, n, per_epoch, source, phases, replicates, walls,
+                    simulated.walls if whole else None)
 
 
 def write_expected(out: Path, command: str, spec: ExperimentSpec, options, address: str | None,

@@ -19,6 +19,7 @@ from oracle_search import estimate, racing
 from oracle_search.cli import main
 from oracle_search.fusion import pack
 from oracle_search.runner import Runner, Started
+from oracle_search.simulate_job import simulate
 from oracle_search.racing import OracleSearch
 from oracle_search.cluster import trial_slots
 from oracle_search.estimate import ESTIMATE_FILE
@@ -62,6 +63,12 @@ HAND_RACING_TYPICAL = {"oracle": 44, "silo_fit": 21, "silo_paper": 30, "baseline
 RACING_ORACLE_ALONE = 43
 
 
+def plan(command: str, options, spec=SPEC) -> list[estimate.Phase]:
+    """The estimate's plan, typically one replicate simulated on SPEC's 2 slots, as `estimate.estimate` makes it."""
+    return estimate.plan(command, spec, options, simulate(command, spec, estimate.one_replicate(command, options), 2,
+                                                          1.0))
+
+
 def test_the_typical_counts_are_the_simulated_ledgers_by_method_and_stage():
     """Two replicates' ledgers by hand: each row goes to its phase by method and stage; a method's copy of its own
     training counts once (silo_paper's cycle 0 at ε for two δ), a copy of another method's is its own (warmup's
@@ -84,23 +91,23 @@ def test_the_typical_counts_are_the_simulated_ledgers_by_method_and_stage():
 
 
 def test_plan_matches_the_hand_count():
-    phases = {p.name: p for p in estimate.plan("compare", SPEC, OPTIONS, 2)}
+    phases = {p.name: p for p in plan("compare", OPTIONS)}
     assert {n: p.most for n, p in phases.items()} == HAND_MOST
     assert {n: p.typical for n, p in phases.items()} == HAND_TYPICAL
     assert all(p.epochs == 30 and p.most_epochs == 30 * p.most for p in phases.values())
-    assert [p.name for p in estimate.plan("oracle", SPEC, OPTIONS.oracle, 2)] == ["oracle"]
+    assert [p.name for p in plan("oracle", OPTIONS.oracle)] == ["oracle"]
 
 
 def test_racing_takes_the_typical_oracle_and_tuning_from_its_simulated_search():
     """At most, and the phases racing leaves alone, are the exhaustive plan's; the raced ones train fewer."""
     racing = dataclasses.replace(OPTIONS, oracle=dataclasses.replace(OPTIONS.oracle, mode="racing"))
-    phases = {p.name: p for p in estimate.plan("compare", SPEC, racing, 2)}
+    phases = {p.name: p for p in plan("compare", racing)}
     assert {n: p.most for n, p in phases.items()} == HAND_MOST
     assert {n: p.typical for n, p in phases.items()} == HAND_RACING_TYPICAL
     assert HAND_RACING_TYPICAL["oracle"] < HAND_TYPICAL["oracle"] <= HAND_MOST["oracle"]
     assert HAND_RACING_TYPICAL["baselines_tune"] < HAND_TYPICAL["baselines_tune"]
     # alone, no verdict to complete: one value fewer
-    assert [p.typical for p in estimate.plan("oracle", SPEC, racing.oracle, 2)] == [RACING_ORACLE_ALONE]
+    assert [p.typical for p in plan("oracle", racing.oracle)] == [RACING_ORACLE_ALONE]
 
 
 def test_widest_bracket_by_hand():
@@ -116,8 +123,8 @@ def test_fusion_is_counted_in_trials_by_hand():
     typically the typical trainings in that proportion. Baselines' tuning: 4 schedules x 3 seeds, one trial of the
     4 grid values each: 12. SILO and the final chains are never fused. The trainings are the same; fp16 is never
     fused."""
-    fused = {p.name: p for p in estimate.plan("compare", SPEC, dataclasses.replace(
-        OPTIONS, oracle=dataclasses.replace(OPTIONS.oracle, fuse=4)), 2)}
+    fused = {p.name: p for p in plan("compare", dataclasses.replace(
+        OPTIONS, oracle=dataclasses.replace(OPTIONS.oracle, fuse=4)))}
     assert {n: p.most for n, p in fused.items()} == HAND_MOST
     assert {n: p.typical for n, p in fused.items()} == HAND_TYPICAL
     assert {n: p.most_trials for n, p in fused.items()} == HAND_MOST | {"oracle": 24, "baselines_tune": 12}
@@ -125,10 +132,10 @@ def test_fusion_is_counted_in_trials_by_hand():
         "oracle": math.ceil(HAND_TYPICAL["oracle"] * 24 / 84), "baselines_tune": 12}
     assert fused["oracle"].width == 3 and fused["baselines_tune"].width == 12  # trials handed out at once
     fp16 = dataclasses.replace(SPEC, precision="fp16")
-    assert all(p.most_trials == p.most and p.fuse == 1 for p in estimate.plan("oracle", fp16, OracleOptions(fuse=4), 2))
+    assert all(p.most_trials == p.most and p.fuse == 1 for p in plan("oracle", OracleOptions(fuse=4), fp16))
     # On GPUs the default fuses every candidate of a (seed, cycle): one trial per seed and round, 3 x (1 + 1) x 3.
     gpu = dataclasses.replace(SPEC, resources=Resources(max_concurrent=2, gpus_per_trial=1))
-    assert estimate.plan("oracle", gpu, OPTIONS.oracle, 2)[0].most_trials == 18
+    assert plan("oracle", OPTIONS.oracle, gpu)[0].most_trials == 18
 
 
 @dataclasses.dataclass
@@ -306,7 +313,7 @@ def test_a_real_run_records_its_estimate_and_the_report_prints_it_next_to_the_ti
     # three for p in [0.075, 0.12]) plus p when it is off the grid (4), plus the dense best (5). One seed, no
     # refinement: 3 + 5 = 8 trainings of 4 epochs at most; typically the Oracle's driver simulated (the dense
     # best is a grid value there, and on the grid: 3 + 3).
-    typical = estimate.plan("oracle", spec, OracleOptions(seeds=1, refine=0, mode="exhaustive"), 2)[0].typical
+    typical = plan("oracle", OracleOptions(seeds=1, refine=0, mode="exhaustive"), spec)[0].typical
     assert record["phases"][0]["most"] == 8 and record["phases"][0]["epochs"] == 4
     assert record["phases"][0]["typical"] == typical == 6
     assert record["seconds"] == pytest.approx(typical * 4 * 0.01 / 2)
@@ -412,7 +419,7 @@ def test_the_simulated_oracle_is_near_the_replay_of_a_real_run(tmp_path):
     from oracle_search.pipeline import recorded_spec
     from oracle_search.schema import read_results
     from oracle_search.simulate import AccuracyModel
-    from oracle_search.simulate_job import Model, simulate
+    from oracle_search.simulate_job import Model
 
     rows = read_results(RUN_2026_11_27)
     per_epoch = rows.loc[(rows["method"] == "oracle") & ~rows["diverged"], "seconds"].mean() / 20

@@ -53,7 +53,8 @@ def test_the_model_reproduces_what_the_defaults_real_runs_trained():
     within ±15 %."""
     for mode, measured in (("racing", 130), ("exhaustive", 285)):
         options = CompareOptions(oracle=OracleOptions(mode=mode), replicates=1)
-        phases = {p.name: p.typical for p in estimate.plan("compare", DEFAULT, options, 2)}
+        phases = {p.name: p.typical for p in estimate.plan("compare", DEFAULT, options,
+                                                            simulate("compare", DEFAULT, options, 2, 1.0))}
         assert phases["oracle"] == pytest.approx(measured, rel=0.15), (mode, phases)
         assert phases["baselines_tune"] == (pytest.approx(31, rel=0.15) if mode == "racing" else 96), (mode, phases)
 
