@@ -1,6 +1,6 @@
 """silo_paper's δ search as a plan, pure (no training): its range and first candidates, the refinement around the
-winner, and `DeltaPlan`, written once for the driver (`silo_paper.search_delta`) and the estimate's simulation
-(`simulate.simulate_delta`).
+winner, and `DeltaPlan`, written once for the driver (`silo_paper.search_delta`, which the estimate's simulation
+runs too) and the estimate's closed form.
 
 δ's range. Its coarse values put SILO's top, ε + δ, on each Oracle grid value above ε ("ε and δ can be searched
 from a range of n values", §5.3); below the first of them, d₁, they go on by halving d₁, down to a floor of
@@ -119,8 +119,8 @@ def why_stopped(curve: Curve, coarse: list[float], target: int, rounds: int) -> 
 
 @dataclass(frozen=True)
 class DeltaPlan:
-    """The δ search (module docstring), written once for its driver (`search_delta`) and the estimate's simulation
-    (`simulate.simulate_delta`): the first candidates, the race (`mode` racing: a δ shown more than 0.5 points
+    """The δ search (module docstring), written once for its driver (`search_delta`, also what the estimate's
+    simulation runs) and the estimate's closed form: the first candidates, the race (`mode` racing: a δ shown more than 0.5 points
     worse than the leader at the target cycle gets no more seeds, and still counts as a tried neighbour;
     exhaustive: a race that keeps every δ) and the refinement around the winner, for at most `rounds` rounds.
     Built before ε is known (`for_epsilon` sets it: the Oracle's dense best)."""

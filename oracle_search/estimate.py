@@ -12,12 +12,11 @@ The counts follow the drivers' rules (docs/design.md, "Which values are trained"
 - **Baselines.** Each benchmark schedule's peaks on cycle 0: the grid on every tuning seed; the spec's own
   schedule is the Oracle's cycle-0 grid, reused. Final runs: every baseline and SILO variant, cycles 0..L on
   every evaluation seed.
-"Typical" Oracle and baselines' tuning counts come from running the drivers' own searches (`racing.OracleSearch`,
-`racing.tuning_race`, racing or exhaustive as the options say) on a virtual clock against a stated accuracy model
-(`oracle_search.simulate`: a parabola in ln max_lr with the noise and curvature measured on the default), the mean
-of a few simulated runs; a racing `compare` also completes two values per cycle before its verdict. silo_paper's δ
-search is simulated the same way (`silo_paper.DeltaPlan` on the model in ln δ). "At most" is the exhaustive plan's
-closed form, whatever the model.
+"Typical" counts: one replicate of the command run by its own drivers (`study.run_study` for `compare`, with its
+verdict's completions; `study.oracle_cycles` for `oracle`) on the one simulator (`simulate_job.simulate`: a
+simulated engine on the run's slots, answered by the stated accuracy model of `oracle_search.simulate`), each
+phase's trainings counted from the simulated ledger by method and stage (`phase_of`, `typical`). "At most" is the
+exhaustive plan's closed form, whatever the model.
 
 Trials: with fusion (`--fuse`; by default every candidate of a (seed, cycle) on GPUs) the engine trains up to `fuse`
 max_lr candidates of one (seed, cycle, start) as one fused network in one Tune trial (`fusion.pack`):
@@ -30,9 +29,10 @@ the trials a phase hands out at once). Seconds per epoch (one candidate's) come 
 timing a few steps and one evaluation on a worker with one trial's resources (`probe_seconds_per_epoch`), of a
 fused network of the grid's candidates when the Oracle fuses (its time / the candidates); where the data is absent,
 on stand-in inputs of its shape, an epoch's steps counted from its published size (`trainables.standin`). With
-`--slots N` a compare is also run whole on a virtual clock (`simulate_job.simulate_compare`: the drivers' own code,
-its lines side by side), and that wall time is the typical estimate: the phase sum counts a phase as wide as it
-is, not its rounds one after another, and on many slots falls short."""
+`--slots N` the Oracle alone is simulated both ways on N slots (`oracle_walls`), and a compare is run whole, every
+replicate, on the simulator (its lines side by side; that one simulation's replicates also give the typical counts,
+their mean): its wall time is the typical estimate, since the phase sum counts a phase as wide as it is, not its
+rounds one after another, and on many slots falls short."""
 from __future__ import annotations
 
 import dataclasses
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oracle_search.config import ORACLE_MODES
-from oracle_search.schema import BASELINES
+from oracle_search.schema import BASELINES, Method, Stage
 from trainables.atomic import atomic_write_json
 from trainables.timestamps import duration
 from trainables.spec import ExperimentSpec, SpecError
@@ -54,11 +54,10 @@ from trainables.spec import ExperimentSpec, SpecError
 if TYPE_CHECKING:  # the simulation imports Ray, the plans scipy, the stand-in torch; --help imports this module
     from oracle_search.delta import DeltaPlan
     from oracle_search.racing import TuningPlan
-    from oracle_search.simulate_job import JobWalls
+    from oracle_search.simulate_job import JobWalls, Simulation
     from trainables.standin import StandIn
 
 FIRST_ROUND_VALUES = 3  # a racing cycle's first round (b and its neighbours) on each seed: the Oracle's width
-COMPARED_PER_CYCLE = 2  # values a racing compare completes per cycle before its verdict (simulate.simulate_oracle)
 PROBE_STEPS = 100
 # A probe on stand-in inputs (`trainables.standin`: no data) is brief, so that a dry run prices ResNet-50 on
 # ImageNet in seconds even on a CPU: see `time_epoch`.
@@ -111,7 +110,7 @@ class Estimate:
     source: str  # "given" (--seconds-per-epoch) or how it was timed
     phases: list[Phase] = field(default_factory=list)
     replicates: int = 1  # whole studies run side by side on the same slots (each phase R times, R times as wide)
-    oracle_walls: dict[str, float] | None = None  # --slots: one study's Oracle simulated per mode, seconds
+    oracle_walls: dict[str, float] | None = None  # --slots: the Oracle alone simulated per mode, seconds
     job: JobWalls | None = None  # --slots, compare: the whole job simulated
 
     def seconds(self, which: str = "typical") -> float:
@@ -160,8 +159,9 @@ class Estimate:
         from oracle_search.simulate import SPREAD
 
         walls = ", ".join(f"{mode} {duration(s)}" for mode, s in self.oracle_walls.items())
-        return (f"the Oracle on {self.slots} slots, its search simulated on the accuracy model (a training's seconds "
-                f"spread {SPREAD:.0%}){', one replicate' if self.replicates > 1 else ''}: {walls}")
+        return (f"the Oracle on {self.slots} slots alone, as `oracle` runs it (its own driver simulated on the "
+                f"accuracy model, a training's seconds spread {SPREAD:.0%}){', one replicate' * (self.replicates > 1)}"
+                f": {walls}")
 
 
 # --- the plan: trainings per phase -------------------------------------------------------------------------------
@@ -190,13 +190,12 @@ def first_round_values(spec: ExperimentSpec, bracket: bool) -> tuple[int, int]:
 
 
 def oracle_phase(spec: ExperimentSpec, seeds: int, refine: int, bracket: bool, fuse: int = 1,
-                 mode: str = "racing", compared: int = 0) -> Phase:
-    """At most: the exhaustive plan in closed form. Typically: the Oracle's own search (`mode`) simulated on the
-    accuracy model (`simulate.simulate_oracle`; `compared`: values completed per cycle before a verdict). `fuse`:
-    candidates per fused trial (`fusion.fuse_size`); each round on a seed is ⌈its values / fuse⌉ trials, and the
-    typical trials are the typical trainings in the same proportion."""
-    from oracle_search.racing import MOST_NEW_VALUES_PER_ROUND, OracleSearch
-    from oracle_search.simulate import simulate_oracle
+                 typical: int | None = None) -> Phase:
+    """At most: the exhaustive plan in closed form. Typically: `typical` trainings (the simulated run's, `typical`
+    below; at most the most), the most where not given. `fuse`: candidates per fused trial (`fusion.fuse_size`);
+    each round on a seed is ⌈its values / fuse⌉ trials, and the typical trials are the typical trainings in the
+    same proportion."""
+    from oracle_search.racing import MOST_NEW_VALUES_PER_ROUND
 
     g, later = first_round_values(spec, bracket)
     cycles, most = spec.cycles, MOST_NEW_VALUES_PER_ROUND
@@ -204,47 +203,44 @@ def oracle_phase(spec: ExperimentSpec, seeds: int, refine: int, bracket: bool, f
     def count(k: int = 1) -> int:  # k: trainings per trial
         return seeds * ((-(-g // k) + -(-most // k) * refine) + cycles * (-(-later // k) + -(-most // k) * refine))
 
-    search = OracleSearch(tuple(spec.grid), tuple(range(seeds)), refine, bracket, mode)
-    typical = min(math.ceil(simulate_oracle(search, cycles, 1, 1.0, compared).trainings), count())
+    typical = count() if typical is None else min(typical, count())
     return Phase("oracle", count(), typical, spec.epochs, seeds * -(-(FIRST_ROUND_VALUES if refine else g) // fuse),
                  count(fuse), math.ceil(typical * count(fuse) / count()), fuse)
 
 
-def silo_paper_phase(spec: ExperimentSpec, plan: DeltaPlan) -> Phase:
-    """At most: the first δ values on every seed of `plan`, then `ROUNDS` rounds of at most 2. Typically: the δ
-    search simulated on the accuracy model (`simulate.simulate_delta`)."""
+def silo_paper_phase(spec: ExperimentSpec, plan: DeltaPlan, typical: int | None = None) -> Phase:
+    """At most: the first δ values on every seed of `plan`, then `ROUNDS` rounds of at most 2, each δ training
+    cycles q+1..target, and cycles 0..q once per seed. Typically: `typical` (at most the most)."""
     from oracle_search.delta import DELTA_VALUES, ROUNDS
-    from oracle_search.simulate import simulate_delta
 
     seeds = len(plan.seeds)
     first = max(1, min(DELTA_VALUES, len(set(spec.grid)) - 1))  # ε + δ on the grid values above ε (or 2ε)
     refine = ROUNDS if plan.cycles_per_delta else 0
     most = seeds * (plan.shared_cycles + (first + 2 * refine) * plan.cycles_per_delta)
-    typical = min(math.ceil(simulate_delta(plan, 1, 1.0).trainings), most)
-    return Phase("silo_paper", most, typical, spec.epochs, seeds * 2)
+    return Phase("silo_paper", most, most if typical is None else min(typical, most), spec.epochs, seeds * 2)
 
 
-def silo_fit_phase(spec: ExperimentSpec, trials: int, fit_seeds: int, target: int) -> Phase:
+def silo_fit_phase(spec: ExperimentSpec, trials: int, fit_seeds: int, target: int,
+                   typical: int | None = None) -> Phase:
     n = trials * fit_seeds * (target + 1)
-    return Phase("silo_fit", n, n, spec.epochs, max(1, trials * fit_seeds))
+    return Phase("silo_fit", n, n if typical is None else min(typical, n), spec.epochs, max(1, trials * fit_seeds))
 
 
 def baselines_phases(spec: ExperimentSpec, plan: TuningPlan, eval_seeds: int, silo_variants: int,
-                     oracle_ran: bool, fuse: int = 1) -> list[Phase]:
+                     oracle_ran: bool, fuse: int = 1, typical: dict[str, int] | None = None) -> list[Phase]:
     """`fuse`: candidates per fused trial in the tuning, where each schedule's grid on a seed is one batch (the
-    final chains train one max_lr per chain and cycle: nothing to fuse). A racing `plan`: the tuning races,
-    typically as many trainings as its simulation (`simulate.simulate_tuning`) trains."""
-    from oracle_search.simulate import simulate_tuning
-
+    final chains train one max_lr per chain and cycle: nothing to fuse). `typical`: the tuning's and the finals'
+    trainings typically (each at most its most), the most where not given."""
+    typical = typical or {}
     tuned = [s for s in BASELINES if not (oracle_ran and s == spec.schedule.name)]  # that one is the Oracle's
     seeds, g = len(plan.seeds), len(plan.grid)
     tune, trials = len(tuned) * g * seeds, len(tuned) * -(-g // fuse) * seeds
-    typical = (min(math.ceil(simulate_tuning(plan, len(tuned), 1, 1.0).trainings), tune)
-               if plan.racing and tuned else tune)
+    typical_tune = min(typical.get("baselines_tune", tune), tune)
     finals = (len(BASELINES) + silo_variants) * eval_seeds * (spec.cycles + 1)
-    return [Phase("baselines_tune", tune, typical, spec.epochs, max(1, trials), trials,
-                  math.ceil(typical * trials / tune) if tune else 0, fuse),
-            Phase("finals", finals, finals, spec.epochs, (len(BASELINES) + silo_variants) * eval_seeds)]
+    return [Phase("baselines_tune", tune, typical_tune, spec.epochs, max(1, trials), trials,
+                  math.ceil(typical_tune * trials / tune) if tune else 0, fuse),
+            Phase("finals", finals, min(typical.get("finals", finals), finals), spec.epochs,
+                  (len(BASELINES) + silo_variants) * eval_seeds)]
 
 
 def candidates_per_trial(spec: ExperimentSpec, fuse: int) -> int:
@@ -255,27 +251,69 @@ def candidates_per_trial(spec: ExperimentSpec, fuse: int) -> int:
     return fuse_size(spec, fuse) if fusable(spec, min(spec.grid)) else 1
 
 
-def plan(command: str, spec: ExperimentSpec, options) -> list[Phase]:
+def phase_of(row: dict, own_schedule: str) -> str | None:
+    """The phase of the estimate a ledger row's training belongs to, by its method and stage, counted as the
+    closed form counts them: the Oracle's grid and refinement rows (the verdict's completions too); silo_fit's
+    trials; silo_paper's δ search, its cycles 0..q at ε too (reused or not); the baselines' tuning but the
+    spec's own schedule's (the Oracle's cycle 0, reused); the final runs a report reads (a final run for a δ that
+    did not win is the whole job's waste, `simulate_job.wasted`)."""
+    method, stage = row.get("method"), row.get("stage")
+    if method == Method.ORACLE.value and stage in (Stage.GRID.value, Stage.REFINE.value):
+        return "oracle"
+    if method == Method.SILO_FIT.value and stage == Stage.FIT.value:
+        return "silo_fit"
+    if method == Method.SILO_PAPER.value and stage == Stage.TUNE.value:
+        return "silo_paper"
+    if method in BASELINES and method != own_schedule and stage == Stage.TUNE.value:
+        return "baselines_tune"
+    if stage == Stage.FINAL.value and row.get("selected"):
+        return "finals"
+    return None
+
+
+def typical(spec: ExperimentSpec, ledgers: list[list[dict]]) -> dict[str, int]:
+    """Each phase's trainings in the simulated run's ledgers (`phase_of`): one replicate's, the mean over the
+    replicates simulated, rounded up. A training counts once per method, as the closed form counts it: the rows a
+    method copies from its own earlier training (silo_paper's cycles 0..q at ε, the same for every δ) are one
+    training; one it copies from another method's (the Oracle's, or a final chain's twin) is its own."""
+    trainings: dict[str, set] = {}
+    for r, rows in enumerate(ledgers):
+        for row in rows:
+            if (phase := phase_of(row, spec.schedule.name)) is not None:
+                trainings.setdefault(phase, set()).add((r, row.get("method"), row.get("training") or row["key"]))
+    return {phase: math.ceil(len(found) / len(ledgers)) for phase, found in trainings.items()}
+
+
+def one_replicate(command: str, options):
+    """`options` for one replicate: a compare's counts are per replicate, and the plans do not depend on R."""
+    return dataclasses.replace(options, replicates=1) if command == "compare" else options
+
+
+def plan(command: str, spec: ExperimentSpec, options, simulated: Simulation) -> list[Phase]:
     """The phases `command` ("oracle" or "compare") runs with `options` (pipeline.OracleOptions or
-    CompareOptions), fused as the engine fuses them: one Runner, with `--fuse`, runs every phase of a command."""
+    CompareOptions), fused as the engine fuses them: one Runner, with `--fuse`, runs every phase of a command.
+    Typically: the trainings of `simulated`, the command simulated on the run's slots (`simulate_job.simulate`:
+    the plans widen with the slots, `OracleSearch.for_slots`)."""
+    counts = typical(spec, simulated.ledgers)
     if command == "oracle":
         k = candidates_per_trial(spec, options.fuse)
-        return [oracle_phase(spec, options.seeds, options.refine, options.bracket, k, options.mode)]
+        return [oracle_phase(spec, options.seeds, options.refine, options.bracket, k, counts.get("oracle", 0))]
     o, fit = options.oracle, options.fit
     k = candidates_per_trial(spec, o.fuse)
     target = fit.target(spec)
-    phases = [oracle_phase(spec, o.seeds, o.refine, o.bracket, k, o.mode, COMPARED_PER_CYCLE if o.racing else 0)]
+    phases = [oracle_phase(spec, o.seeds, o.refine, o.bracket, k, counts.get("oracle", 0))]
     if options.silo_fit:
-        phases.append(silo_fit_phase(spec, fit.trials, fit.seeds, target))
+        phases.append(silo_fit_phase(spec, fit.trials, fit.seeds, target, counts.get("silo_fit", 0)))
     from oracle_search.delta import DeltaPlan  # here, not at the top: --help imports this module
     from oracle_search.racing import TuningPlan
 
-    # The dry run's plans are the drivers' (`DeltaPlan`, `TuningPlan`), on seeds 0..n-1: a simulation's seeds are
-    # labels, and its draws were made on these.
+    # At most: the drivers' plans (`DeltaPlan`, `TuningPlan`) in closed form; their seeds are labels here.
     seeds = tuple(range(o.seeds))
-    phases.append(silo_paper_phase(spec, DeltaPlan(min(spec.grid), tuple(spec.grid), seeds, target, mode=o.mode)))
+    phases.append(silo_paper_phase(spec, DeltaPlan(min(spec.grid), tuple(spec.grid), seeds, target, mode=o.mode),
+                                   counts.get("silo_paper", 0)))
     phases += baselines_phases(spec, TuningPlan(tuple(sorted(set(spec.grid))), seeds, o.mode), options.eval_seeds,
-                               1 + options.silo_fit, oracle_ran=True, fuse=k)
+                               1 + options.silo_fit, oracle_ran=True, fuse=k,
+                               typical={name: counts.get(name, 0) for name in ("baselines_tune", "finals")})
     return phases
 
 
@@ -448,19 +486,18 @@ def positive_seconds(value: float | None) -> float | None:
     return value
 
 
-def oracle_walls(command: str, spec: ExperimentSpec, options, slots: int, seconds: float) -> dict[str, float]:
-    """The Oracle's wall time on `slots`, each training `seconds` long, simulated with racing and with exhaustive
-    search (`simulate.simulate_oracle`: its own search on the accuracy model, a racing compare's completions too)."""
-    from oracle_search.racing import OracleSearch
-    from oracle_search.simulate import simulate_oracle
+def oracle_walls(spec: ExperimentSpec, options, slots: int, seconds_per_epoch: float,
+                 simulated=None) -> dict[str, float]:
+    """The Oracle alone (`options`: pipeline.OracleOptions) on `slots`, simulated with racing and with exhaustive
+    search (`simulate_job.simulate`: the `oracle` command's own driver on the accuracy model). `simulated`: the
+    Oracle already simulated in `options.mode` on these slots, at these seconds."""
+    from oracle_search.simulate_job import simulate  # Ray and Tune: not at the top (--help imports this module)
 
-    o = options if command == "oracle" else options.oracle
-    walls = {}
-    for mode in ORACLE_MODES:
-        search = OracleSearch(tuple(spec.grid), tuple(range(o.seeds)), o.refine, o.bracket, mode)
-        compared = COMPARED_PER_CYCLE if command == "compare" and mode == "racing" else 0
-        walls[mode] = simulate_oracle(search, spec.cycles, slots, seconds, compared).seconds
-    return walls
+    def wall(mode: str) -> float:
+        if simulated is not None and mode == options.mode:
+            return simulated.walls.wall
+        return simulate("oracle", spec, dataclasses.replace(options, mode=mode), slots, seconds_per_epoch).walls.wall
+    return {mode: wall(mode) for mode in ORACLE_MODES}
 
 
 def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
@@ -469,22 +506,24 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
     """The plan of `command` and its wall time; `spec.precision` must be resolved already. Nothing is timed when
     `seconds_per_epoch` is given; else the probe times the data, or `standin`'s inputs where the data is absent
     (`trainables.standin.stand_in`). `slots`: plan on that many slots instead of the cluster's (the probe still runs
-    as many copies at once as this cluster's trials would), and simulate the Oracle's search on them
-    (`oracle_walls`; unfused trials only: a fused trial's candidates share one slot)."""
+    as many copies at once as this cluster's trials would), and simulate on them the Oracle alone both ways
+    (`oracle_walls`) and a compare whole (`simulate_job`, whose replicates' ledgers then give the typical counts;
+    unfused trials only: a fused trial's candidates share one slot)."""
     from oracle_search.cluster import trial_slots
+    from oracle_search.simulate_job import simulate  # Ray and Tune: not at the top (--help imports this module)
 
     positive_seconds(seconds_per_epoch)
     here = trial_slots(spec, address)
     n = slots or here
-    phases = plan(command, spec, options)
+    fuse = candidates_per_trial(spec, (options if command == "oracle" else options.oracle).fuse)
     if seconds_per_epoch is not None:
         per_epoch, source = seconds_per_epoch, "given"
     else:
         # Fused, the probe times a fused network of the grid's candidates, the Oracle's first and widest round.
-        fuse = min(phases[0].fuse, len(set(spec.grid)))
-        t = probe_seconds_per_epoch(spec, address, together=here, fuse=fuse, standin=standin)
+        timed = min(fuse, len(set(spec.grid)))
+        t = probe_seconds_per_epoch(spec, address, together=here, fuse=timed, standin=standin)
         per_epoch = t["seconds_per_epoch"]
-        fused = f", {fuse} candidates fused, a candidate's share" if fuse > 1 else ""
+        fused = f", {timed} candidates fused, a candidate's share" if timed > 1 else ""
         where = f"{t['device']}, {spec.resources.threads} thread(s), {t['copies']} at once{fused}"
         if standin is None:
             source = (f"timed ({where}): {t['steps']} steps of {t['step'] * 1e3:.2f} ms x {t['steps_per_epoch']} "
@@ -492,14 +531,16 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
         else:
             source = standin_source(t, spec, standin, where)
     replicates = options.replicates if command == "compare" else 1
-    simulated = slots is not None and phases[0].fuse == 1
-    walls = oracle_walls(command, spec, options, n, spec.epochs * per_epoch) if simulated else None
-    job = None
-    if simulated and command == "compare":
-        from oracle_search.simulate_job import simulate_compare
-
-        job = simulate_compare(spec, options, n, per_epoch)
-    return Estimate(command, spec.precision, n, per_epoch, source, phases, replicates, walls, job)
+    on_slots = slots is not None and fuse == 1
+    whole = on_slots and command == "compare"  # the whole job, every replicate: its walls, and its counts
+    simulated = simulate(command, spec, options if whole else one_replicate(command, options), n, per_epoch)
+    phases = plan(command, spec, options, simulated)
+    walls = None
+    if on_slots:
+        oracle = options if command == "oracle" else options.oracle
+        walls = oracle_walls(spec, oracle, n, per_epoch, simulated if command == "oracle" else None)
+    return Estimate(command, spec.precision, n, per_epoch, source, phases, replicates, walls,
+                    simulated.walls if whole else None)
 
 
 def write_expected(out: Path, command: str, spec: ExperimentSpec, options, address: str | None,

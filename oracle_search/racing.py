@@ -450,8 +450,8 @@ def tuning_race(seeds: list[int], grid: list[float], prior: Pool, centre: float 
 
 @dataclass(frozen=True)
 class TuningPlan:
-    """How the baselines' peak LRs are tuned, written once for their driver (`baselines.tune_peaks`) and the
-    estimate (`simulate.simulate_tuning`): one race per schedule over `grid` on `seeds` (`tuning_race`), racing
+    """How the baselines' peak LRs are tuned, written once for their driver (`baselines.tune_peaks`, also what the
+    estimate's simulation runs) and the estimate's closed form: one race per schedule over `grid` on `seeds` (`tuning_race`), racing
     from the Oracle's dense curve (its pool, walking from its best) or, `mode` exhaustive, every peak on every
     seed."""
 

@@ -1,21 +1,21 @@
-"""The clock executor: the drivers' own searches (`racing.OracleSearch`, `racing.tuning_race`) run on a virtual
-clock, each training answered by a row and lasting its seconds, so a run can be planned (`--dry-run`, the estimate)
-or replayed (`oracle-search replay`, answered from a finished run's table) without training anything.
+"""The virtual clock and the dry run's one accuracy model.
 
-A dry run has no accuracies, so it answers from a **stated accuracy model** (`AccuracyModel`), not from data:
-- the seed-mean validation accuracy of max_lr v is `PEAK − curvature · ln(v / v*)²` points, a parabola in ln v
-  whose optimum v* sits at the grid's geometric centre at cycle 0 and at the b the simulation chose at later cycles
-  (the network changes little from one cycle to the next);
-- a training at v on seed s adds independent noise of sd `noise · (1 + |ln(v / v*)|)` (values far from b are
-  noisier, as measured on the default);
+`Clock`: a `racing.Trainer` on a virtual clock, each training answered by a row and lasting its seconds: `replay`
+(`analysis.replay`) runs the drivers' own searches on it, answered from a finished run's table.
+
+`AccuracyModel`: what a simulated training answers where there is no data (`simulate_job`, which runs the
+commands' own drivers on a simulated engine for the dry run and the estimate), a **stated model**, not data:
+- the seed-mean validation accuracy at a training's peak max_lr v is `PEAK − curvature · ln(v / v*)²` points, a
+  parabola in ln v around the optimum v*, which rises over the pruning from the grid's geometric centre at cycle 0
+  to `DRIFT` times it at the last cycle (`optimum`);
+- a training adds independent noise of sd `noise · (1 + |ln(v / v*)|)` (values far from v* are noisier, as
+  measured on the default);
 - a training diverges above `diverge` · v*;
-- a training lasts the given seconds times a lognormal factor of mean 1 and coefficient of variation `spread`
+- a training lasts its stated seconds times a lognormal factor of mean 1 and coefficient of variation `spread`
   (`SPREAD`), drawn independently: on many slots a round lasts as long as its slowest training.
 Its constants are the medians measured on the embedded default's exhaustive Oracle runs (module constants below;
-docs/measured.md "The plan simulated"). silo_paper's δ search (`simulate_delta`) runs on the same model in ln δ,
-with ε the grid value nearest the model's dense optimum, the optimum δ* at the geometric centre of δ's range and
-the curvature `DELTA_CURVATURE`. Another model, grid or preset may drop more or fewer values, or refine δ more or
-less: "at most" stays the exhaustive plan's closed form.
+docs/measured.md "The plan simulated"). Another network may drop more or fewer values: the estimate's "at most"
+stays the exhaustive plan's closed form.
 """
 from __future__ import annotations
 
@@ -28,9 +28,6 @@ from typing import Callable
 import numpy as np
 
 from oracle_search.curve import lr_key
-from oracle_search.delta import DeltaPlan
-from oracle_search.racing import OracleSearch, Pool, TuningPlan, carry, run_races
-from oracle_search.selection import choose
 
 Answer = Callable[[tuple], "dict | None"]  # (race key, (value, seed)) -> a row with val_acc, diverged, seconds
 
@@ -45,7 +42,6 @@ DIVERGE = 4.0
 # cycle, median over the cycles of the default's two exhaustive `oracle` runs of 2026-11-26 (0.135 and 0.125). It is
 # the machine's, not the method's: 0.03-0.04 on the 2026-11-27 compare runs, 0.77 on a contended one.
 SPREAD = 0.13
-DELTA_CURVATURE = 3.0  # the default's δ curve at the target cycle (exhaustive seed 0, 2026-11-27): 3 points per ln²
 PEAK = 80.0
 # The optimum's rise over the pruning: the Oracle's b at the last cycle over its b at cycle 0, median over the 11
 # committed runs of the default with every value on every seed (benchmarks/results: 1.0 to 2.83, median 2.0;
@@ -53,7 +49,6 @@ PEAK = 80.0
 # grid's centre to DRIFT times it, geometrically in the cycle, so SILO's rising peak meets a rising optimum as it
 # does on the real runs (a fixed optimum made every first δ diverge by cycle 4-5 on the paper's ResNet-20 plan).
 DRIFT = 2.0
-RUNS = 8  # simulated runs averaged per estimate (their noise differs; the counts are their mean)
 
 
 class Clock:
@@ -90,7 +85,7 @@ class Clock:
 
 @dataclass(frozen=True)
 class AccuracyModel:
-    """The dry run's stated accuracy model (module docstring)."""
+    """The dry run's one stated accuracy model (module docstring)."""
 
     curvature: float = CURVATURE
     noise: float = NOISE
@@ -114,104 +109,7 @@ class AccuracyModel:
         """The whole job's optimum at `cycle` of 0..`last`: `centre` at cycle 0, rising to `drift` times it."""
         return centre * self.drift ** (cycle / last) if last else centre
 
-    def answer(self, optimum: float, seconds: float, rng: np.random.Generator,
-               durations: np.random.Generator | None = None) -> Answer:
-        """Rows for trainings around `optimum`, each lasting `seconds` (times the spread's factor, drawn from
-        `durations`, where given: the accuracies stay those of `rng` alone); an item (race, (value, seed)) is
-        drawn once."""
-        drawn: dict[tuple, dict] = {}
-
-        def row(item: tuple) -> dict:
-            if item not in drawn:
-                acc = self.accuracy(math.log(item[1][0] / optimum), rng)
-                factor = 1.0 if durations is None else self.factor(durations)
-                drawn[item] = {"val_acc": acc, "diverged": self.diverges(item[1][0], optimum),
-                               "seconds": seconds * factor}
-            return drawn[item]
-        return row
-
-
-def nearest(grid: list[float], x: float) -> float:
-    return min(grid, key=lambda g: abs(math.log(g / x)))
-
-
-@dataclass(frozen=True)
-class Simulated:
-    """Mean counts over the simulated runs: trainings per phase, and the wall time on the slots."""
-
-    trainings: float
-    seconds: float
-
 
 def centre(grid: list[float]) -> float:
+    """The grid's geometric centre: the model's optimum at cycle 0."""
     return lr_key(math.exp(np.mean(np.log(sorted(grid)))))
-
-
-def simulate_oracle(search: OracleSearch, cycles: int, slots: int, seconds: float, compared: int = 0,
-                    model: AccuracyModel = AccuracyModel(), runs: int = RUNS) -> Simulated:
-    """The Oracle's cycles 0..`cycles` on the model, `runs` times: its trainings and wall time. `compared`: how many
-    values a racing `compare` completes per cycle from 1 before its verdict (`compared.complete_for_verdict`: the
-    values next to each compared schedule; the model has no schedules, so the `compared` dropped values nearest b
-    get their missing seeds)."""
-    counts, walls = [], []
-    for r in range(runs):
-        rng, durations = np.random.default_rng(r), np.random.default_rng(30_000 + r)
-        clock, pool, previous, dense, total, late = Clock(slots), Pool(), None, None, 0, []
-        optimum = centre(search.grid)
-        for m in range(cycles + 1):
-            clock.answer = model.answer(optimum, seconds, rng, durations)
-            race = search.race(search.first_values(previous, dense), pool, previous, dense)
-            search.run(race, clock, slots)
-            total += len(race.rows)
-            choice = choose(race.curve())
-            if choice is None:
-                break
-            if search.racing and m and compared:
-                near = sorted(race.dropped, key=lambda v: abs(math.log(v / choice.best)))[:compared]
-                late += [seconds] * sum(len(search.seeds) - len(race.seeds_of(v)) for v in near)
-            pool = carry(pool, race) if search.racing else pool
-            previous, dense = choice.best, dense if m else choice.best
-            optimum = choice.best
-        counts.append(total + len(late))
-        walls.append(clock.now + sum(late) / slots)
-    return Simulated(float(np.mean(counts)), float(np.mean(walls)))
-
-
-def simulate_tuning(plan: TuningPlan, schedules: int, slots: int, seconds: float,
-                    model: AccuracyModel = AccuracyModel(), runs: int = RUNS) -> Simulated:
-    """The baselines' peak-LR tuning (`plan`) of `schedules` schedules side by side on the model, `runs` times, a
-    racing plan's races walking from the Oracle's simulated dense best with the pool of its cycle 0
-    (`baselines.tune_peaks`)."""
-    counts, walls = [], []
-    grid = list(plan.grid)
-    dense_search = OracleSearch(plan.grid, plan.seeds, 0, True, "exhaustive")
-    for r in range(runs):
-        rng = np.random.default_rng(10_000 + r)
-        answer = model.answer(centre(grid), seconds, rng)
-        dense = dense_search.race(dense_search.first_values(None, None), Pool(), None, None)
-        dense_search.run(dense, Clock(slots, answer), slots)
-        curve = dense.curve()
-        races = {k: plan.race(curve, own=False) for k in range(schedules)}
-        clock = Clock(slots, answer)
-        run_races(races, clock, slots)
-        counts.append(sum(len(race.rows) for race in races.values()))
-        walls.append(clock.now)
-    return Simulated(float(np.mean(counts)), float(np.mean(walls)))
-
-
-def simulate_delta(plan: DeltaPlan, slots: int, seconds: float,
-                   model: AccuracyModel = AccuracyModel(curvature=DELTA_CURVATURE), runs: int = RUNS) -> Simulated:
-    """silo_paper's δ search (`plan`, its driver's own) on the model in ln δ, `runs` times, ε the grid value nearest
-    the model's optimum (the simulated dense best): its trainings (each (δ, seed) chain trains cycles q+1..target;
-    cycles 0..q once per seed) and wall time."""
-    grid, seeds = list(plan.grid), plan.seeds
-    plan = plan.for_epsilon(nearest(sorted(grid), centre(grid)))
-    per_pair = plan.cycles_per_delta * seconds
-    counts, walls = [], []
-    for r in range(runs):
-        answer = model.answer(centre(plan.coarse), per_pair, np.random.default_rng(20_000 + r))
-        race, clock = plan.race(), Clock(slots, answer)
-        plan.run(race, clock, slots)
-        counts.append(len(race.rows) * plan.cycles_per_delta + len(seeds) * plan.shared_cycles)
-        walls.append(clock.now + plan.shared_cycles * seconds)
-    return Simulated(float(np.mean(counts)), float(np.mean(walls)))

@@ -1,8 +1,10 @@
-"""A whole `compare` on a virtual clock: the drivers' own code (`study.run_study` for every replicate, its lines
-side by side) on a simulated engine with N slots, each training answered by the dry run's stated accuracy model
-(`simulate.AccuracyModel`) and lasting its epochs × the seconds per epoch × a lognormal factor (`simulate.SPREAD`).
+"""The one simulator: a command on a virtual clock, run by its own drivers (`compare`: `study.run_study` for every
+replicate, its lines side by side; `oracle`: `study.oracle_cycles`) on a simulated engine with N slots, each
+training answered by the dry run's one stated accuracy model (`simulate.AccuracyModel`) and lasting its epochs × the
+seconds per epoch × a lognormal factor (`simulate.SPREAD`).
 It gives the job's wall time on N slots and, beside it, the longest chain of dependent trainings in the same run:
-what the wall time would be with a slot for every training that is ready.
+what the wall time would be with a slot for every training that is ready; and each replicate's ledger, from which
+the estimate counts its typical trainings (`estimate.typical`).
 
 **The clock** moves only when every line of work waits on the engine (`SimEngine`): a driver's thread that hands
 over trainings and waits, or waits on another line's event, stops counting; when none counts, the trainings
@@ -44,7 +46,7 @@ from oracle_search.schema import Stage
 from oracle_search.seeds import replicate_spec
 from oracle_search.side_by_side import first_error, side_by_side
 from oracle_search.simulate import AccuracyModel, centre
-from oracle_search.study import run_study
+from oracle_search.study import oracle_cycles, run_study
 from trainables.schedules import cycle_peak
 from trainables.timestamps import duration
 from trainables.spec import ExperimentSpec
@@ -356,28 +358,50 @@ class JobWalls:
         return text
 
 
-def simulate_compare(spec: ExperimentSpec, options, slots: int, seconds_per_epoch: float,
-                     model: Model | None = None, study=None) -> JobWalls:
-    """`compare` with `options` (its replicates side by side, as `pipeline.compare` runs them) on `slots`
-    simulated slots, in a temporary folder. Trains nothing. `study`: what runs each replicate (default
-    `study.run_study`; a benchmark passes another order of the same phases)."""
-    study = study or run_study
+@dataclass(frozen=True)
+class Simulation:
+    """A command simulated: the job's walls, and each replicate's ledger rows (replicate 1 first): what each of
+    its trainings was for (method, stage), as the real run's table would say."""
+
+    walls: JobWalls
+    ledgers: list[list[dict]]
+
+
+# What each command runs on a Runner's folder, as `pipeline` runs it: the study (`compare`), the Oracle alone.
+DRIVERS = {"compare": run_study, "oracle": oracle_cycles}
+
+
+def simulate(command: str, spec: ExperimentSpec, options, slots: int, seconds_per_epoch: float,
+             model: Model | None = None, study=None) -> Simulation:
+    """`command` ("compare" or "oracle") with its `options` on `slots` simulated slots, in a temporary folder: a
+    compare's replicates side by side as `pipeline.compare` runs them, the Oracle alone as `pipeline.oracle` does.
+    Trains nothing. `study`: what runs each replicate (default the command's driver, `DRIVERS`; a benchmark passes
+    another order of the same phases)."""
+    study = study or DRIVERS[command]
     model = model or Model(seconds_per_epoch)
-    # silo_fit's simulated study lives in the temporary folder, never in the run's --study-storage
-    options = dataclasses.replace(options, fit=dataclasses.replace(options.fit, storage=None))
+    replicates = 1
+    if command == "compare":
+        # silo_fit's simulated study lives in the temporary folder, never in the run's --study-storage
+        options = dataclasses.replace(options, fit=dataclasses.replace(options.fit, storage=None))
+        replicates = options.replicates
     spec = dataclasses.replace(spec, resources=dataclasses.replace(spec.resources, keep_checkpoints="all"))
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the simulated study's "created" lines are not news
     try:
-        return _simulate(spec, options, slots, model, study)
+        return _simulate(spec, options, replicates, slots, model, study)
     finally:
         optuna.logging.set_verbosity(verbosity)
 
 
-def _simulate(spec: ExperimentSpec, options, slots: int, model: Model, study) -> JobWalls:
+def simulate_compare(spec: ExperimentSpec, options, slots: int, seconds_per_epoch: float,
+                     model: Model | None = None, study=None) -> JobWalls:
+    """`compare`'s walls on `slots` simulated slots (`simulate`)."""
+    return simulate("compare", spec, options, slots, seconds_per_epoch, model, study).walls
+
+
+def _simulate(spec: ExperimentSpec, options, R: int, slots: int, model: Model, study) -> Simulation:
     with tempfile.TemporaryDirectory(prefix="oracle-search-sim-") as tmp:
         engine = SimEngine(spec, model, slots)
-        R = options.replicates
         specs = {r: replicate_spec(spec, r) if R > 1 else spec for r in range(1, R + 1)}
         runners = {r: SimRunner(out=replicate_dir(Path(tmp), r), spec=s, experiment=s.preset,
                                 progress=Progress(io.StringIO()), engine=engine)
@@ -385,8 +409,10 @@ def _simulate(spec: ExperimentSpec, options, slots: int, model: Model, study) ->
         studies = side_by_side({f"replicate-{r}": lambda runner=runner: study(runner, options)
                                 for r, runner in runners.items()}, engine)
         first_error(studies)
-        waste = sum(wasted(runner.ledger.rows()) for runner in runners.values())
-        return JobWalls(slots, engine.now, engine.longest, engine.trainings, engine.busy, dict(engine.ends), waste)
+        ledgers = [runner.ledger.rows() for runner in runners.values()]
+        waste = sum(map(wasted, ledgers))
+        walls = JobWalls(slots, engine.now, engine.longest, engine.trainings, engine.busy, dict(engine.ends), waste)
+        return Simulation(walls, ledgers)
 
 
 def wasted(rows: list[dict]) -> int:

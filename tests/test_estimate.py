@@ -20,14 +20,14 @@ from oracle_search import estimate, racing
 from oracle_search.cli import main
 from oracle_search.fusion import pack
 from oracle_search.runner import Runner, Started
-from oracle_search.racing import OracleSearch, TuningPlan
-from oracle_search.simulate import simulate_delta, simulate_oracle, simulate_tuning
+from oracle_search.simulate_job import simulate
+from oracle_search.racing import OracleSearch
 from oracle_search.cluster import trial_slots
 from oracle_search.estimate import ESTIMATE_FILE
 from oracle_search.oracle import run_oracle
 from oracle_search.pipeline import CompareOptions, FitOptions, OracleOptions
 from oracle_search.progress import Progress
-from oracle_search.delta import ROUNDS, DeltaPlan
+from oracle_search.delta import ROUNDS
 from trainables.presets import PRESETS
 from trainables.spec import Resources
 from trainables.standin import stand_in
@@ -44,60 +44,72 @@ OPTIONS = CompareOptions(oracle=OracleOptions(seeds=3, refine=1, mode="exhaustiv
 #   Cycle m >= 1: the bracket, grid values within x4 of the previous choice p: p in [0.05, 0.08] reaches all 4
 #   (0.02 >= p/4 and 0.2 <= 4p); an off-grid p there (a refined value, e.g. 0.07) adds itself: 5; plus the
 #   dense best (itself possibly a refined value): 6; + 4 refined = 10. Most: 3 seeds x (8 + 2 x 10) = 84.
-#   Typically: the Oracle's own search simulated on the accuracy model (`typical` below; tests/test_simulate.py).
+#   Typically: the Oracle's own driver simulated (below).
 # - silo_fit: 8 trials x 1 seed x cycles 0..2 = 24.
 # - silo_paper: ε + δ on the 3 grid values above ε at most (4 - 1 = 3), then ROUNDS rounds of at most 2 δ; each δ
 #   trains cycle 2 only (cycles 0..q=1 are at ε, the Oracle's own trainings): 3 seeds x (3 + 2 ROUNDS) at most;
-#   typically its search simulated (`typical` below).
+#   typically its search simulated (below).
 # - baselines' tuning: constant, decay, cyclical, cosine (warmup is the Oracle's cycle-0 grid) x 4 x 3 = 48.
 # - finals: 5 baselines + 2 SILO variants, x 3 evaluation seeds x 3 cycles = 63.
 HAND_MOST = {"oracle": 84, "silo_fit": 24, "silo_paper": 3 * (3 + 2 * ROUNDS), "baselines_tune": 48, "finals": 63}
 
-
-def typical(mode: str) -> dict[str, int]:
-    """The typical counts: by hand, but the Oracle's, silo_paper's δ search's and (racing) the tuning's, which are
-    their own searches run on `simulate`'s accuracy model (a racing compare also completes COMPARED_PER_CYCLE values
-    per cycle)."""
-    racing = mode == "racing"
-    search = OracleSearch(SPEC.grid, (0, 1, 2), 1, True, mode)
-    oracle = simulate_oracle(search, 2, 1, 1.0, estimate.COMPARED_PER_CYCLE if racing else 0).trainings
-    tune = simulate_tuning(TuningPlan(tuple(sorted(SPEC.grid)), (0, 1, 2), mode), 4, 1, 1.0).trainings if racing else 48
-    delta = simulate_delta(DeltaPlan(min(SPEC.grid), SPEC.grid, (0, 1, 2), 2, mode=mode), 1, 1.0).trainings
-    return {"oracle": math.ceil(oracle), "silo_fit": 24, "silo_paper": math.ceil(delta),
-            "baselines_tune": math.ceil(tune), "finals": 63}
+# Typically: the trainings of one replicate of the command's own drivers (`study.run_study`; `oracle` alone:
+# `study.oracle_cycles`) run on the simulated engine with SPEC's 2 slots (`simulate_job.simulate`), counted per
+# phase from its ledger (`estimate.typical`). Pinned, reviewed against the hand counts above (each ≤ its most):
+# the exhaustive Oracle 60 = 3 seeds x 20 values over 3 cycles (the refinement rounds add fewer than 4); silo_fit
+# 21 = 24 less 3 cycles of trials Optuna stopped; silo_paper 33 = 3 seeds x (cycles 0..1 at ε + 9 δ at cycle 2),
+# 30 racing (8 δ); the racing tuning 32 of 48; racing trains fewer Oracle values, 43 alone and 44 in a compare,
+# whose verdict completes one more. A change to a driver or to the accuracy model moves them.
+HAND_TYPICAL = {"oracle": 60, "silo_fit": 21, "silo_paper": 33, "baselines_tune": 48, "finals": 63}
+HAND_RACING_TYPICAL = {"oracle": 44, "silo_fit": 21, "silo_paper": 30, "baselines_tune": 32, "finals": 63}
+RACING_ORACLE_ALONE = 43
 
 
-# Pinned, reviewed against the hand counts above (each ≤ its most; the exhaustive Oracle 62 = 3 seeds x about 21
-# values over 3 cycles; racing trains fewer values, 51 with the verdict's completions, COMPARED_PER_CYCLE per cycle
-# from 1; silo_paper 27 = 3 seeds x 9 δ, 25 racing; the racing tuning 32 of 48). A change to a search or to the
-# accuracy model moves them, and `test_the_pinned_typical_counts_are_the_searches_own` says which.
-HAND_TYPICAL = {"oracle": 62, "silo_fit": 24, "silo_paper": 27, "baselines_tune": 48, "finals": 63}
-HAND_RACING_TYPICAL = {"oracle": 51, "silo_fit": 24, "silo_paper": 25, "baselines_tune": 32, "finals": 63}
+def plan(command: str, options, spec=SPEC) -> list[estimate.Phase]:
+    """The estimate's plan, typically one replicate simulated on SPEC's 2 slots, as `estimate.estimate` makes it."""
+    return estimate.plan(command, spec, options, simulate(command, spec, estimate.one_replicate(command, options), 2,
+                                                          1.0))
 
 
-def test_the_pinned_typical_counts_are_the_searches_own():
-    assert typical("exhaustive") == HAND_TYPICAL
-    assert typical("racing") == HAND_RACING_TYPICAL
+def test_the_typical_counts_are_the_simulated_ledgers_by_method_and_stage():
+    """Two replicates' ledgers by hand: each row goes to its phase by method and stage; a method's copy of its own
+    training counts once (silo_paper's cycle 0 at ε for two δ), a copy of another method's is its own (warmup's
+    final twin of silo_paper's); the spec's own schedule's tuning is the Oracle's (not counted), a deselected final
+    run is waste (not counted), the Oracle's completions count; the mean over the replicates, rounded up."""
+    def row(method, stage, training, **more):
+        return {"method": method, "stage": stage, "training": training, "key": f"{method}-{training}"} | more
+
+    one = [row("oracle", "grid", "a"), row("oracle", "grid", "b"), row("oracle", "refine", "c"),
+           row("silo_paper", "tune", "eps0"), row("silo_paper", "tune", "eps0", reused=True),
+           row("silo_paper", "tune", "d1"), row("warmup", "tune", "a", reused=True), row("constant", "tune", "k1"),
+           row("silo_fit", "fit", "f1"), row("silo_fit", "fit", "a", reused=True),
+           row("silo_paper", "final", "s0", selected=True), row("warmup", "final", "s0", selected=True, reused=True),
+           row("silo_paper", "final", "lost", selected=False)]
+    two = [row("oracle", "grid", "a2"), row("oracle", "refine", "c2", selected=True)]
+    assert estimate.typical(SPEC, [one, two]) == {"oracle": 3, "silo_paper": 1, "baselines_tune": 1,
+                                                   "silo_fit": 1, "finals": 1}
+    assert estimate.typical(SPEC, [one]) == {"oracle": 3, "silo_paper": 2, "baselines_tune": 1, "silo_fit": 2,
+                                              "finals": 2}
 
 
 def test_plan_matches_the_hand_count():
-    phases = {p.name: p for p in estimate.plan("compare", SPEC, OPTIONS)}
+    phases = {p.name: p for p in plan("compare", OPTIONS)}
     assert {n: p.most for n, p in phases.items()} == HAND_MOST
     assert {n: p.typical for n, p in phases.items()} == HAND_TYPICAL
     assert all(p.epochs == 30 and p.most_epochs == 30 * p.most for p in phases.values())
-    assert [p.name for p in estimate.plan("oracle", SPEC, OPTIONS.oracle)] == ["oracle"]
+    assert [p.name for p in plan("oracle", OPTIONS.oracle)] == ["oracle"]
 
 
 def test_racing_takes_the_typical_oracle_and_tuning_from_its_simulated_search():
     """At most, and the phases racing leaves alone, are the exhaustive plan's; the raced ones train fewer."""
     racing = dataclasses.replace(OPTIONS, oracle=dataclasses.replace(OPTIONS.oracle, mode="racing"))
-    phases = {p.name: p for p in estimate.plan("compare", SPEC, racing)}
+    phases = {p.name: p for p in plan("compare", racing)}
     assert {n: p.most for n, p in phases.items()} == HAND_MOST
     assert {n: p.typical for n, p in phases.items()} == HAND_RACING_TYPICAL
     assert HAND_RACING_TYPICAL["oracle"] < HAND_TYPICAL["oracle"] <= HAND_MOST["oracle"]
     assert HAND_RACING_TYPICAL["baselines_tune"] < HAND_TYPICAL["baselines_tune"]
-    alone = math.ceil(simulate_oracle(OracleSearch(SPEC.grid, (0, 1, 2), 1, True, "racing"), 2, 1, 1.0).trainings)
-    assert [p.typical for p in estimate.plan("oracle", SPEC, racing.oracle)] == [alone]  # no verdict to complete
+    # alone, no verdict to complete: one value fewer
+    assert [p.typical for p in plan("oracle", racing.oracle)] == [RACING_ORACLE_ALONE]
 
 
 def test_widest_bracket_by_hand():
@@ -113,7 +125,7 @@ def test_fusion_is_counted_in_trials_by_hand():
     typically the typical trainings in that proportion. Baselines' tuning: 4 schedules x 3 seeds, one trial of the
     4 grid values each: 12. SILO and the final chains are never fused. The trainings are the same; fp16 is never
     fused."""
-    fused = {p.name: p for p in estimate.plan("compare", SPEC, dataclasses.replace(
+    fused = {p.name: p for p in plan("compare", dataclasses.replace(
         OPTIONS, oracle=dataclasses.replace(OPTIONS.oracle, fuse=4)))}
     assert {n: p.most for n, p in fused.items()} == HAND_MOST
     assert {n: p.typical for n, p in fused.items()} == HAND_TYPICAL
@@ -122,10 +134,10 @@ def test_fusion_is_counted_in_trials_by_hand():
         "oracle": math.ceil(HAND_TYPICAL["oracle"] * 24 / 84), "baselines_tune": 12}
     assert fused["oracle"].width == 3 and fused["baselines_tune"].width == 12  # trials handed out at once
     fp16 = dataclasses.replace(SPEC, precision="fp16")
-    assert all(p.most_trials == p.most and p.fuse == 1 for p in estimate.plan("oracle", fp16, OracleOptions(fuse=4)))
+    assert all(p.most_trials == p.most and p.fuse == 1 for p in plan("oracle", OracleOptions(fuse=4), fp16))
     # On GPUs the default fuses every candidate of a (seed, cycle): one trial per seed and round, 3 x (1 + 1) x 3.
     gpu = dataclasses.replace(SPEC, resources=Resources(max_concurrent=2, gpus_per_trial=1))
-    assert estimate.plan("oracle", gpu, OPTIONS.oracle)[0].most_trials == 18
+    assert plan("oracle", OPTIONS.oracle, gpu)[0].most_trials == 18
 
 
 @dataclasses.dataclass
@@ -358,9 +370,9 @@ def test_a_real_run_records_its_estimate_and_the_report_prints_it_next_to_the_ti
     record = json.loads((out / ESTIMATE_FILE).read_text())
     # tiny: 3 grid values (0.03, 0.1, 0.3) at cycle 0. Cycle 1: the grid values within x4 of the choice p (all
     # three for p in [0.075, 0.12]) plus p when it is off the grid (4), plus the dense best (5). One seed, no
-    # refinement: 3 + 5 = 8 trainings of 4 epochs at most; typically the exhaustive search simulated (the dense
+    # refinement: 3 + 5 = 8 trainings of 4 epochs at most; typically the Oracle's driver simulated (the dense
     # best is a grid value there, and on the grid: 3 + 3).
-    typical = math.ceil(simulate_oracle(OracleSearch(spec.grid, (0,), 0, True, "exhaustive"), 1, 1, 1.0).trainings)
+    typical = plan("oracle", OracleOptions(seeds=1, refine=0, mode="exhaustive"), spec)[0].typical
     assert record["phases"][0]["most"] == 8 and record["phases"][0]["epochs"] == 4
     assert record["phases"][0]["typical"] == typical == 6
     assert record["seconds"] == pytest.approx(typical * 4 * 0.01 / 2)
@@ -451,28 +463,36 @@ def test_dry_run_on_given_slots_simulates_the_oracle_both_ways_and_only_a_dry_ru
 RUN_2026_11_27 = Path(__file__).parent.parent / "benchmarks/results/racing-told-2026-11-27/exhaustive-seed0"
 
 
-def test_the_simulated_oracle_on_64_slots_is_near_the_replay_of_a_real_run(tmp_path):
+def test_the_simulated_oracle_is_near_the_replay_of_a_real_run(tmp_path):
     """The default's exhaustive compare of 2026-11-27 (held out: SPREAD was measured on the 2026-11-26 runs),
-    each training its mean measured seconds: replay --slots 64 answers from the run's rows, 198 s exhaustive and
-    283 s racing; the simulation on the accuracy model gives 207 s and 256 s (docs/measured.md). Within ±12 %, and
-    on many slots racing takes longer than exhaustive search in both. The control: without spread, 171 s and 236 s,
-    outside it."""
+    each training its mean measured seconds. The Oracle's own driver on the simulated engine (`oracle_walls`)
+    against `replay`, which answers each training from the run's rows:
+    - exhaustive on 64 slots: replayed 198 s, simulated 207 s; the control, without spread, 171 s, outside ±12 %
+      (every round as long as one training: too short on many slots);
+    - racing on 16 slots, the most where the driver's racing is still the plan replay replays (on 24 slots and more,
+      8 values x 3 seeds, the driver races wide rounds, `OracleSearch.for_slots`, which replay does not plan):
+      replayed 285 s (with a compare's completions), simulated 294 s (the Oracle alone); racing takes longer than
+      exhaustive search on these slots in both (simulated 212 s, replayed 199 s). No control separates racing's
+      wall here: without spread 269 s, without curvature 268 s, both inside; its rounds one after another set it."""
     from analysis.replay import replay
     from oracle_search.pipeline import recorded_spec
     from oracle_search.schema import read_results
+    from oracle_search.simulate import AccuracyModel
+    from oracle_search.simulate_job import Model
 
     rows = read_results(RUN_2026_11_27)
-    seconds = rows.loc[(rows["method"] == "oracle") & ~rows["diverged"], "seconds"].mean()
+    per_epoch = rows.loc[(rows["method"] == "oracle") & ~rows["diverged"], "seconds"].mean() / 20
     spec = recorded_spec(RUN_2026_11_27)
-    options = CompareOptions(oracle=OracleOptions(mode="exhaustive"), replicates=1)
-    replayed = {plan: wall for plan, (wall, _) in replay(RUN_2026_11_27, tmp_path / "replay", 64).wall.items()}
-    simulated = estimate.oracle_walls("compare", spec, options, 64, seconds)
-    for mode in ("racing", "exhaustive"):
-        assert simulated[mode] == pytest.approx(replayed[mode], rel=0.12), (mode, simulated, replayed)
+    assert spec.epochs == 20
+    walls = {}
+    for slots in (64, 16):
+        replayed = {plan: wall for plan, (wall, _) in replay(RUN_2026_11_27, tmp_path / str(slots), slots).wall.items()}
+        walls[slots] = replayed, estimate.oracle_walls(spec, OracleOptions(), slots, per_epoch)
+    replayed, simulated = walls[64]
+    assert simulated["exhaustive"] == pytest.approx(replayed["exhaustive"], rel=0.12), walls
+    replayed, simulated = walls[16]
+    assert simulated["racing"] == pytest.approx(replayed["racing"], rel=0.12), walls
     assert simulated["racing"] > simulated["exhaustive"] and replayed["racing"] > replayed["exhaustive"]
-    from oracle_search.simulate import AccuracyModel
-
-    flat = {mode: simulate_oracle(OracleSearch(tuple(spec.grid), (0, 1, 2), 3, True, mode), spec.cycles, 64, seconds,
-                                  2 if mode == "racing" else 0, AccuracyModel(spread=0.0)).seconds
-            for mode in ("racing", "exhaustive")}  # every round as long as one training: too short on many slots
-    assert all(flat[m] < 0.88 * replayed[m] for m in flat), flat
+    flat = simulate("oracle", spec, OracleOptions(mode="exhaustive"), 64, per_epoch,
+                    Model(per_epoch, AccuracyModel(spread=0.0))).walls.wall
+    assert flat < 0.88 * walls[64][0]["exhaustive"], (flat, walls)
