@@ -14,7 +14,7 @@ from analysis.select import cost_rows, densities, label, methods, schedule_label
 from oracle_search.compared import final_rows, last_cycle, oracle_trials
 from analysis.verdict_sentences import DASH, ci_text, end_to_end_line, fmt_lr, verdict_lines
 from oracle_search.curve import refuse_duplicates
-from oracle_search.schema import SILO_METHODS, Stage
+from oracle_search.schema import SILO_METHODS, unused_finals
 from oracle_search.selection import TOLERANCE, Curve, choose, dense_best, lr_key
 from oracle_search.statistics import half_width, mean_interval, replicates_lower_estimate
 
@@ -374,13 +374,13 @@ def cost_table(df: pd.DataFrame) -> Table | None:
 
 
 def _unused_finals(df: pd.DataFrame) -> str:
-    """Final runs trained and no longer current (deselected, `baselines.supersede`): on many slots, the final runs
-    a wide δ search started for a δ that did not win, or a chain a rerun with other parameters replaced. They
-    count in their method's cost above and in no accuracy."""
-    unused = df[(df["stage"] == Stage.FINAL.value) & ~df["selected"].astype(bool) & ~df["reused"].astype(bool)]
-    if unused.empty:
+    """Final runs trained and read by nothing (`schema.unused_finals`): on many slots, the final runs a wide δ
+    search started for a δ that did not win, or a chain a rerun with other parameters replaced. They count in
+    their method's cost above and in no accuracy."""
+    unused = unused_finals(df.to_dict("records"))
+    if not unused:
         return ""
-    by = unused.groupby("method").size()
+    by = pd.Series([row["method"] for row in unused]).value_counts(sort=False).sort_index()
     return (" Not current and counted in the cost: " + ", ".join(f"{n} final run(s) of {label(m)}"
                                                                 for m, n in by.items())
             + " (speculative runs of a δ that did not win, or a chain a rerun replaced; read by no decision).")

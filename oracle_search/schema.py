@@ -185,3 +185,11 @@ def current_mask(df: pd.DataFrame) -> pd.Series:
 def current_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The rows a report uses, as `results_frame` marked them (`current`)."""
     return df[df["current"]]
+
+
+def unused_finals(rows: Iterable[dict]) -> list[dict]:
+    """The final rows trained and read by nothing: deselected (`baselines.supersede`: in one fresh run, the final
+    runs a wide δ search started for a δ that did not win) and not a copy. The one rule the dry run's waste
+    (`simulate_job`) and the report's cost sentence (`analysis.tables`) count by."""
+    return [row for row in rows if row.get("stage") == Stage.FINAL.value and not row.get("selected")
+            and not row.get("reused")]

@@ -42,7 +42,7 @@ from oracle_search.identity import Training
 from oracle_search.runner import Runner
 from oracle_search.progress import Progress
 from oracle_search.replicates import replicate_dir
-from oracle_search.schema import Stage
+from oracle_search.schema import unused_finals
 from oracle_search.seeds import replicate_spec
 from oracle_search.side_by_side import first_error, side_by_side
 from oracle_search.simulate import AccuracyModel, centre
@@ -324,7 +324,7 @@ class JobWalls:
                     "chain's length")
         if chain:
             return "bounded by the chain of dependent trainings: more slots will not shorten it"
-        if self.work >= 0.8 * self.wall:
+        if work:
             return "bounded by the work: more slots would shorten it"
         return "bounded by neither alone: trainings of the chain waited for slots"
 
@@ -416,7 +416,5 @@ def _simulate(spec: ExperimentSpec, options, R: int, slots: int, model: Model, s
 
 
 def wasted(rows: list[dict]) -> int:
-    """The speculative trainings a folder's ledger holds and no decision or report reads: final rows deselected
-    (`baselines.supersede`: in one fresh run, only the final runs a wide δ search started for a δ that did not
-    win)."""
-    return sum(1 for row in rows if row.get("stage") == Stage.FINAL.value and not row.get("selected"))
+    """The speculative trainings a folder's ledger holds and nothing reads (`schema.unused_finals`)."""
+    return len(unused_finals(rows))

@@ -22,9 +22,6 @@ class DatasetShape:
         val = int(round(val_fraction * pool))
         return {"train": pool - val, "val": val, "test": self.test}
 
-    def describe(self) -> str:
-        return f"{'x'.join(map(str, self.input_shape))}, {self.num_classes} classes"
-
 
 SHAPES: dict[str, DatasetShape] = {
     # Krizhevsky 2009: 60,000 32x32 colour images, 50,000 to train and 10,000 to test, in both CIFARs.
