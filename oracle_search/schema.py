@@ -189,7 +189,14 @@ def current_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 def unused_finals(rows: Iterable[dict]) -> list[dict]:
     """The final rows trained and read by nothing: deselected (`baselines.supersede`: in one fresh run, the final
-    runs a wide δ search started for a δ that did not win) and not a copy. The one rule the dry run's waste
-    (`simulate_job`) and the report's cost sentence (`analysis.tables`) count by."""
-    return [row for row in rows if row.get("stage") == Stage.FINAL.value and not row.get("selected")
-            and not row.get("reused")]
+    runs a wide δ search started for a δ that did not win) and neither a copy nor a training another row uses (the
+    cycles at ε every δ shares, a baseline's twin). The one rule the dry run's waste (`simulate_job`) and the
+    report's cost sentence (`analysis.tables`) count by."""
+    rows = list(rows)
+
+    def off(row: dict) -> bool:
+        return row.get("stage") == Stage.FINAL.value and not row.get("selected")
+
+    used = {row["training"] for row in rows if row.get("training") and not off(row)}
+    return [row for row in rows if off(row) and not row.get("reused")
+            and not (row.get("training") and row["training"] in used)]
