@@ -22,21 +22,20 @@ from oracle_search.simulate_job import simulate_compare  # noqa: E402
 from trainables.presets import PRESETS  # noqa: E402
 
 
-def one_after_another(runner, options: CompareOptions):
+def one_after_another(runner, plan):
     """The control: run_study's phases in sequence, each waiting for the one before (the order before they ran
-    side by side)."""
-    from oracle_search import study as one
+    side by side); `plan`: the replicate's `plan.StudyPlan`."""
+    from oracle_search import fitter
     from oracle_search.baselines import run_baselines
-    from oracle_search.racing import TuningPlan
-    from oracle_search.seeds import evaluation_seeds
+    from oracle_search.oracle import dense_best_here, oracle_cycles, verdict_completions
+    from oracle_search.study import silo_variants
 
-    evaluate = evaluation_seeds(runner.spec, options.eval_seeds)
-    one.oracle_cycles(runner, options.oracle)
-    study = one.silo_fit_study(runner, options.fit) if options.silo_fit else None
-    variants = one.silo_variants(runner, options, study)
-    run_baselines(runner, TuningPlan.of(runner.spec, options.oracle), evaluate, variants)
-    if options.oracle.racing:
-        one.verdict_completions(runner, options.oracle)
+    oracle_cycles(runner, plan.oracle)
+    study = fitter.fit_study(runner, plan.fit, dense_best_here(runner)) if plan.fit is not None else None
+    variants = silo_variants(runner, plan.delta, study)
+    run_baselines(runner, plan.tuning, list(plan.evaluate), variants)
+    if plan.oracle.completes:
+        verdict_completions(runner, plan.oracle)
     return study, variants
 
 

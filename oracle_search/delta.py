@@ -28,11 +28,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from oracle_search.curve import Curve, lr_key
-from oracle_search.options import CompareOptions
 from oracle_search.racing import Race, Settings, run_race
-from oracle_search.seeds import evaluation_seeds, tuning_seeds
 from oracle_search.selection import RESOLUTION
-from trainables.spec import ExperimentSpec
 
 PAPER_Q, PAPER_BETA = 1, 5.0
 DELTA_VALUES = 3  # first candidates: ε + δ on the next 3 grid values above ε
@@ -138,14 +135,6 @@ class DeltaPlan:
     @property
     def racing(self) -> bool:
         return self.mode == "racing"
-
-    @classmethod
-    def of(cls, spec: ExperimentSpec, options: CompareOptions) -> "DeltaPlan":
-        """The compare's δ search: on its tuning seeds, at silo_fit's target cycle, racing as the Oracle does; ε
-        the grid's smallest value until `for_epsilon` sets the Oracle's dense best."""
-        return cls(min(spec.grid), tuple(spec.grid), tuple(tuning_seeds(spec, options.oracle.seeds)),
-                   options.fit.target(spec), mode=options.oracle.mode,
-                   final_seeds=tuple(evaluation_seeds(spec, options.eval_seeds)))
 
     def for_epsilon(self, epsilon: float) -> "DeltaPlan":
         return dataclasses.replace(self, epsilon=epsilon)

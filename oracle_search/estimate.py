@@ -13,7 +13,7 @@ The counts follow the drivers' rules (docs/design.md, "Which values are trained"
   schedule is the Oracle's cycle-0 grid, reused. Final runs: every baseline and SILO variant, cycles 0..L on
   every evaluation seed.
 "Typical" counts: one replicate of the command run by its own drivers (`study.run_study` for `compare`, with its
-verdict's completions; `study.oracle_cycles` for `oracle`) on the one simulator (`simulate_job.simulate`: a
+verdict's completions; `oracle.oracle_cycles` for `oracle`) on the one simulator (`simulate_job.simulate`: a
 simulated engine on the run's slots, answered by the stated accuracy model of `oracle_search.simulate`), each
 phase's trainings counted from the simulated ledger by method and stage (`phase_of`, `typical`). "At most" is the
 exhaustive plan's closed form, whatever the model.

@@ -19,6 +19,7 @@ Contract for callers: `fit_silo` returns the study even when no trial completed 
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -33,10 +34,12 @@ from optuna.exceptions import ExperimentalWarning, UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from oracle_search.engine import RunFailed
-from oracle_search.options import SearchSpace  # noqa: F401 (re-exported: the fit's ranges, checked at the edge)
+from oracle_search.options import FitOptions, SearchSpace
 from oracle_search.runner import Runner
 from oracle_search.schema import Method, Stage
 from oracle_search.trainings import chain_suffix, cycle_training, peak_name, silo_spec, silo_tags
+from oracle_search.seeds import tuning_seeds
+from trainables.atomic import atomic_write_json
 from trainables.schedules import SiloParams
 from trainables.spec import NUMERICS, ExperimentSpec
 
@@ -371,3 +374,52 @@ def best_params(study: optuna.Study) -> SiloParams:
     except ValueError:  # Optuna's answer when no trial completed
         raise FitFailed(_no_complete_trial(study)) from None
     return SiloParams(epsilon=p["epsilon"], delta=p["delta"], q=int(p["q"]), beta=p["beta"])
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """silo_fit's study, built once from the options (`of`): `trials` Optuna trials, each training cycles
+    0..`target` on `seeds`, over `space` (None: the default, ε around the Oracle's dense best where one ran), stored
+    at `storage` (None: a journal file under OUT)."""
+
+    trials: int
+    seeds: tuple[int, ...]
+    target: int
+    space: SearchSpace | None = None
+    storage: str | None = None
+
+    @classmethod
+    def of(cls, spec: ExperimentSpec, options: FitOptions) -> "FitPlan":
+        return cls(options.trials, tuple(tuning_seeds(spec, options.seeds)), options.target(spec), options.space,
+                   options.storage)
+
+
+def fit_study(runner: Runner, plan: FitPlan, dense: float | None) -> optuna.Study:
+    """silo_fit as a command runs it: the study of `plan` (`fit_silo`), with ε searched around the Oracle's dense
+    best `dense` where this folder holds one and no range was given; writes DIR/silo_fit.json, the search the
+    report prints."""
+    space = plan.space or SearchSpace.default(runner.spec)
+    if dense is not None and plan.space is None:
+        # The paper tunes epsilon on the unpruned network; the Oracle's cycle 0 has done exactly that.
+        space = dataclasses.replace(space, epsilon=(dense / 2, dense * 2))
+        runner.progress.say(f"silo_fit: ε searched in [{dense / 2:.4g}, {dense * 2:.4g}] around the Oracle's "
+                            f"dense max_lr {dense:.4g}")
+    seeds = list(plan.seeds)
+    atomic_write_json(runner.out / "silo_fit.json", {
+        "space": dataclasses.asdict(space), "trials": plan.trials, "seeds": seeds, "target_cycle": plan.target,
+        "objective": f"seed-mean validation accuracy at cycle {plan.target}"})
+    return fit_silo(runner, seeds, plan.trials, space, plan.storage, runner.slots(len(seeds)), plan.target, dense)
+
+
+def fitted_params(study: optuna.Study) -> SiloParams | None:
+    """The study's best parameters, or None when no trial finished (every one diverged or was stopped)."""
+    try:
+        return best_params(study)
+    except ValueError:
+        return None
+
+
+def fit_failed(study: optuna.Study | None, variants: dict) -> None:
+    """FitFailed when every silo_fit trial diverged or stopped (after the report is written)."""
+    if study is not None and Method.SILO_FIT not in variants:
+        best_params(study)

@@ -15,14 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from oracle_search.identity import Training
+import pandas as pd
 
+from oracle_search.compared import complete_for_verdict
+from oracle_search.identity import Training
 from oracle_search.runner import Runner
 from oracle_search.racing import RACING_FILE, OracleSearch, Pool, Race, carry, write_racing
-from oracle_search.schema import Method, Stage
-from oracle_search.selection import Choice, Curve, choose, lr_key
+from oracle_search.schema import Method, Stage, results_frame
+from oracle_search.selection import Choice, Curve, choose, dense_best, lr_key
 from oracle_search.trainings import Streaming, oracle_training, training_id
-
 
 
 @dataclass
@@ -124,6 +125,34 @@ def run_oracle(runner: Runner, search: OracleSearch,
         if decided is not None:
             decided(outcomes[-1])
     return outcomes
+
+
+def oracle_cycles(runner: Runner, search: OracleSearch,
+                  decided: Callable[[CycleOutcome], None] | None = None) -> list[CycleOutcome]:
+    """The Oracle as a command runs it: `run_oracle` with its search widened for the runner's slots
+    (`OracleSearch.for_slots`)."""
+    return run_oracle(runner, search.for_slots(runner.slots()), decided)
+
+
+def dense_best_here(runner: Runner) -> float | None:
+    """The Oracle's seed-mean dense best from this folder's ledger, or None when no Oracle ran here."""
+    ledger = pd.DataFrame(runner.ledger.rows())
+    return dense_best(ledger) if not ledger.empty else None
+
+
+def verdict_completions(runner: Runner, search: OracleSearch) -> None:
+    """Racing leaves values far from b with fewer seeds. Before the analysis, train the missing seeds of the
+    values next to every compared schedule's max_lr at every cycle (`compared.complete_for_verdict`), so the
+    verdict interpolates between complete values as it does after an exhaustive Oracle."""
+    seeds = list(search.seeds)
+
+    def train(targets: dict[int, list[float]]) -> int:
+        trained = complete(runner, seeds, targets)
+        runner.progress.say(f"verdict: completed {sum(map(len, targets.values()))} value(s) next to the compared "
+                            f"schedules ({trained} trainings)")
+        return trained
+
+    complete_for_verdict(lambda: results_frame(runner.ledger.rows()), train, list(search.grid), search.bracket)
 
 
 def complete(runner: Runner, seeds: list[int], targets: dict[int, list[float]]) -> int:

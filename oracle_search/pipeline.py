@@ -26,12 +26,13 @@ from oracle_search.fusion import fuse_size
 from oracle_search.lock import holding
 from oracle_search.options import CompareOptions, FitOptions, OracleOptions, check_with_spec
 from oracle_search.progress import Progress
-from oracle_search.racing import TuningPlan
+from oracle_search.plan import StudyPlan, oracle_search
 from oracle_search.schema import SILO_METHODS, read_results
-from oracle_search.seeds import evaluation_seeds, replicate_spec, tuning_seeds
+from oracle_search.seeds import replicate_spec
 from oracle_search.side_by_side import first_error, side_by_side
 from oracle_search.statistics import MARGIN_PER_CYCLE
-from oracle_search.study import fit_failed, oracle_cycles, run_study, silo_fit_study, silo_variants
+from oracle_search.oracle import dense_best_here, oracle_cycles
+from oracle_search.study import run_study, silo_variants
 from trainables.atomic import atomic_write_json
 from trainables.plugins import check_names, load_data
 from trainables.sources import runtime_env
@@ -167,7 +168,7 @@ def oracle(spec: ExperimentSpec, out: Path, options: OracleOptions = OracleOptio
     with _runner(spec, Path(out), address, callbacks, options.fuse, {"oracle": options}) as runner:
         estimate.write_expected(runner.out, "oracle", runner.spec, options, address, seconds_per_epoch,
                                 runner.progress.say)
-        outcomes = oracle_cycles(runner, options)
+        outcomes = oracle_cycles(runner, oracle_search(runner.spec, options))
         runner.prune_checkpoints(finished=True)
     estimate.finish(Path(out))
     return outcomes
@@ -179,7 +180,7 @@ def fit_silo(spec: ExperimentSpec, out: Path, options: FitOptions = FitOptions()
     """Run (or extend) the silo_fit study; returns the Optuna study."""
     check_with_spec("fit-silo", spec, options)  # the Python API's edge (the command line checked it too)
     with _runner(spec, Path(out), address, callbacks, record={"fit": options}) as runner:
-        study = silo_fit_study(runner, options)
+        study = fitter.fit_study(runner, fitter.FitPlan.of(runner.spec, options), dense_best_here(runner))
         runner.write_results()
         runner.prune_checkpoints(finished=True)
     return study
@@ -191,13 +192,12 @@ def baselines(spec: ExperimentSpec, out: Path, options: CompareOptions = Compare
     """Tune the benchmark schedules on the tuning seeds, then run them, silo_paper (if an Oracle ran here) and
     silo_fit (if a study finished here) on the evaluation seeds. Returns the tuned peaks."""
     check_with_spec("baselines", spec, options)  # the Python API's edge (the command line checked it too)
-    target = options.fit.target(spec)
     with _runner(spec, Path(out), address, callbacks) as runner:  # its options are the Oracle's and the fit's
+        plan = StudyPlan.of(runner.spec, options)
         # silo_fit runs when this experiment's study holds a finished trial, whatever `options.silo_fit` says
-        study = fitter.existing_study(runner.out, runner.spec, options.fit.storage,
-                                      tuning_seeds(spec, options.fit.seeds), target)
-        peaks = run_baselines(runner, TuningPlan.of(spec, options.oracle), evaluation_seeds(spec, options.eval_seeds),
-                              silo_variants(runner, options, study))
+        fit = fitter.FitPlan.of(runner.spec, options.fit)
+        study = fitter.existing_study(runner.out, runner.spec, fit.storage, list(fit.seeds), fit.target)
+        peaks = run_baselines(runner, plan.tuning, list(plan.evaluate), silo_variants(runner, plan.delta, study))
         runner.write_results()
         runner.prune_checkpoints(finished=True)
     return peaks
@@ -224,6 +224,7 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
     check_names(spec)  # the Python API's edge: a spec built in code has not resolved its model, data, pruner yet
     first = resolve_run_precision(spec, folders[1], address)  # one probe for all
     specs = {r: replicate_spec(first, r) for r in folders}
+    plans = {r: StudyPlan.of(s, options) for r, s in specs.items()}  # each replicate's searches, on its seeds
     if R > 1:
         replicates.write_manifest(out, R, spec.seed, options.margin)
     progress = Progress()
@@ -248,10 +249,9 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
         if R > 1:
             say(f"compare: {spec.preset}, {R} replicates of {spec.cycles + 1} cycles on one engine -> {out}; " +
                 "; ".join(f"replicate {r}: tuning seeds {t[0]}..{t[-1]}, evaluation seeds {e[0]}..{e[-1]}"
-                          for r, s in specs.items() for t, e in [(tuning_seeds(s, options.oracle.seeds),
-                                                                  evaluation_seeds(s, options.eval_seeds))]))
-        studies = side_by_side({r: lambda runner=runner: run_study(runner, options)
-                                           for r, runner in runners.items()}, engine)
+                          for r, plan in plans.items() for t, e in [(plan.oracle.seeds, plan.evaluate)]))
+        studies = side_by_side({r: lambda runner=runner, plan=plans[r]: run_study(runner, plan)
+                                for r, runner in runners.items()}, engine)
         engine.close()
     estimate.finish(out)  # before the report, which prints the estimate next to the time taken
     done = [r for r, study in studies.items() if study.error is None]
@@ -269,7 +269,7 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
                         + f"; the report at {result.report.parent / 'report.md'} covers replicate(s) "
                         + ", ".join(map(str, done)) + "; rerun the same command to resume")
     for r in done:
-        fit_failed(*studies[r].value)
+        fitter.fit_failed(*studies[r].value)
     return result
 
 

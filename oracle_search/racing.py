@@ -79,12 +79,9 @@ import numpy as np
 import pandas as pd
 
 from oracle_search.curve import Curve, best_of, lr_key
-from oracle_search.options import OracleOptions
-from oracle_search.seeds import tuning_seeds
 from oracle_search.selection import TOLERANCE, bracket, choose, next_values
 from oracle_search.statistics import ONE_SIDED, half_width
 from trainables.atomic import atomic_write_json
-from trainables.spec import ExperimentSpec
 
 ALPHA = 0.05
 MOST_NEW_VALUES_PER_ROUND = 4  # selection.next_values: one per edge of the two intervals
@@ -459,11 +456,6 @@ class TuningPlan:
     seeds: tuple[int, ...]
     mode: str = "racing"
 
-    @classmethod
-    def of(cls, spec: ExperimentSpec, options: OracleOptions) -> "TuningPlan":
-        """A compare's tuning: the grid on the tuning seeds, racing as the Oracle does."""
-        return cls(tuple(spec.grid), tuple(tuning_seeds(spec, options.seeds)), options.mode)
-
     @property
     def racing(self) -> bool:
         return self.mode == "racing"
@@ -506,12 +498,6 @@ class OracleSearch:
         rounds are wide (`Race.wide`: a look per round, not per seed; the rule and the walk as they are)."""
         return dataclasses.replace(self, wide=self.racing and slots >= len(self.grid) * len(self.seeds))
 
-    @classmethod
-    def of(cls, spec: ExperimentSpec, options: OracleOptions) -> "OracleSearch":
-        """The Oracle's search as `options` say, over the spec's grid on its tuning seeds."""
-        return cls(tuple(spec.grid), tuple(tuning_seeds(spec, options.seeds)), options.refine, options.bracket,
-                   options.mode)
-
     @property
     def racing(self) -> bool:
         return self.mode == "racing"
@@ -519,6 +505,12 @@ class OracleSearch:
     @property
     def rounds(self) -> int:
         return min(self.refine, RACING_REFINE) if self.racing else self.refine
+
+    @property
+    def completes(self) -> bool:
+        """Whether the verdict needs completions after this search (`compared.complete_for_verdict`): a racing
+        search leaves the values far from b with fewer seeds; an exhaustive one trained every seed."""
+        return self.racing
 
     def first_values(self, previous: float | None, dense: float | None) -> list[float]:
         """Cycle 0 (`previous` None): the grid. Later: the bracket around the `previous` b (or the grid), with the

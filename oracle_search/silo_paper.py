@@ -131,3 +131,12 @@ def tune_silo_paper(runner: Runner, plan: DeltaPlan) -> SiloParams | None:
                         f"{len(found.scores)} δ tried); "
                         + ("bracketed" if found.is_bracketed else f"NOT bracketed: {found.open}"))
     return SiloParams(epsilon=epsilon, delta=found.delta, q=PAPER_Q, beta=PAPER_BETA)
+
+
+def silo_paper_params(runner: Runner, plan: DeltaPlan, dense: float | None) -> SiloParams | None:
+    """silo_paper's parameters, its δ searched from the Oracle's dense best `dense` (ε) on the runner's slots
+    (`DeltaPlan.for_slots`); None without an Oracle here (said) or when every δ diverged."""
+    if dense is None:
+        runner.progress.say("silo_paper: no Oracle dense best in this folder; silo_paper is left out")
+        return None
+    return tune_silo_paper(runner, plan.for_epsilon(dense).for_slots(runner.slots()))

@@ -1,5 +1,5 @@
 """The one simulator: a command on a virtual clock, run by its own drivers (`compare`: `study.run_study` for every
-replicate, its lines side by side; `oracle`: `study.oracle_cycles`) on a simulated engine with N slots, each
+replicate, its lines side by side; `oracle`: `oracle.oracle_cycles`) on a simulated engine with N slots, each
 training answered by the dry run's one stated accuracy model (`simulate.AccuracyModel`) and lasting its epochs × the
 seconds per epoch × a lognormal factor (`simulate.SPREAD`).
 It gives the job's wall time on N slots and, beside it, the longest chain of dependent trainings in the same run:
@@ -46,7 +46,9 @@ from oracle_search.schema import unused_finals
 from oracle_search.seeds import replicate_spec
 from oracle_search.side_by_side import first_error, side_by_side
 from oracle_search.simulate import AccuracyModel, centre
-from oracle_search.study import oracle_cycles, run_study
+from oracle_search.plan import StudyPlan, oracle_search
+from oracle_search.oracle import oracle_cycles
+from oracle_search.study import run_study
 from trainables.schedules import cycle_peak
 from trainables.timestamps import duration
 from trainables.spec import ExperimentSpec
@@ -367,17 +369,19 @@ class Simulation:
     ledgers: list[list[dict]]
 
 
-# What each command runs on a Runner's folder, as `pipeline` runs it: the study (`compare`), the Oracle alone.
+# What each command runs on a Runner's folder, as `pipeline` runs it: the study (`compare`), the Oracle alone; each
+# on the plan built, as `pipeline` builds it, from the replicate's spec and the options.
 DRIVERS = {"compare": run_study, "oracle": oracle_cycles}
+PLANS = {"compare": StudyPlan.of, "oracle": oracle_search}
 
 
 def simulate(command: str, spec: ExperimentSpec, options, slots: int, seconds_per_epoch: float,
              model: Model | None = None, study=None) -> Simulation:
     """`command` ("compare" or "oracle") with its `options` on `slots` simulated slots, in a temporary folder: a
     compare's replicates side by side as `pipeline.compare` runs them, the Oracle alone as `pipeline.oracle` does.
-    Trains nothing. `study`: what runs each replicate (default the command's driver, `DRIVERS`; a benchmark passes
-    another order of the same phases)."""
-    study = study or DRIVERS[command]
+    Trains nothing. `study`: what runs each replicate on its plan (`PLANS`; default the command's driver,
+    `DRIVERS`; a benchmark passes another order of the same phases)."""
+    study, plan_of = study or DRIVERS[command], PLANS[command]
     model = model or Model(seconds_per_epoch)
     replicates = 1
     if command == "compare":
@@ -388,7 +392,7 @@ def simulate(command: str, spec: ExperimentSpec, options, slots: int, seconds_pe
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the simulated study's "created" lines are not news
     try:
-        return _simulate(spec, options, replicates, slots, model, study)
+        return _simulate(spec, lambda s: plan_of(s, options), replicates, slots, model, study)
     finally:
         optuna.logging.set_verbosity(verbosity)
 
@@ -399,14 +403,14 @@ def simulate_compare(spec: ExperimentSpec, options, slots: int, seconds_per_epoc
     return simulate("compare", spec, options, slots, seconds_per_epoch, model, study).walls
 
 
-def _simulate(spec: ExperimentSpec, options, R: int, slots: int, model: Model, study) -> Simulation:
+def _simulate(spec: ExperimentSpec, plan_of, R: int, slots: int, model: Model, study) -> Simulation:
     with tempfile.TemporaryDirectory(prefix="oracle-search-sim-") as tmp:
         engine = SimEngine(spec, model, slots)
         specs = {r: replicate_spec(spec, r) if R > 1 else spec for r in range(1, R + 1)}
         runners = {r: SimRunner(out=replicate_dir(Path(tmp), r), spec=s, experiment=s.preset,
                                 progress=Progress(io.StringIO()), engine=engine)
                    for r, s in specs.items()}
-        studies = side_by_side({f"replicate-{r}": lambda runner=runner: study(runner, options)
+        studies = side_by_side({f"replicate-{r}": lambda runner=runner: study(runner, plan_of(runner.spec))
                                 for r, runner in runners.items()}, engine)
         first_error(studies)
         ledgers = [runner.ledger.rows() for runner in runners.values()]

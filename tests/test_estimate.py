@@ -54,7 +54,7 @@ OPTIONS = CompareOptions(oracle=OracleOptions(seeds=3, refine=1, mode="exhaustiv
 HAND_MOST = {"oracle": 84, "silo_fit": 24, "silo_paper": 3 * (3 + 2 * ROUNDS), "baselines_tune": 48, "finals": 63}
 
 # Typically: the trainings of one replicate of the command's own drivers (`study.run_study`; `oracle` alone:
-# `study.oracle_cycles`) run on the simulated engine with SPEC's 2 slots (`simulate_job.simulate`), counted per
+# `oracle.oracle_cycles`) run on the simulated engine with SPEC's 2 slots (`simulate_job.simulate`), counted per
 # phase from its ledger (`estimate.typical`). Pinned, reviewed against the hand counts above (each ≤ its most):
 # the exhaustive Oracle 60 = 3 seeds x 20 values over 3 cycles (the refinement rounds add fewer than 4); silo_fit
 # 21 = 24 less 3 cycles of trials Optuna stopped; silo_paper 33 = 3 seeds x (cycles 0..1 at ε + 9 δ at cycle 2),

@@ -271,7 +271,7 @@ from pathlib import Path
 from oracle_search.runner import Runner
 from oracle_search.pipeline import recorded_spec
 from oracle_search.seeds import tuning_seeds
-from oracle_search.study import folder_dense_best
+from oracle_search.oracle import dense_best_here
 from oracle_search.delta import DeltaPlan
 from oracle_search.silo_paper import tune_silo_paper
 
@@ -279,7 +279,7 @@ out = Path(sys.argv[1])
 spec = recorded_spec(out)
 with Runner(out, spec, spec.preset) as runner:
     found = tune_silo_paper(runner, DeltaPlan(0, spec.grid, tuple(tuning_seeds(spec, 3)), spec.cycles,
-                                              mode="racing").for_epsilon(folder_dense_best(runner)))
+                                              mode="racing").for_epsilon(dense_best_here(runner)))
     runner.prune_checkpoints(finished=True)
 print("delta", found.delta)
 """
