@@ -13,7 +13,8 @@ from typing import Any, Sequence
 from oracle_search.config import SPEC_KEY, base_spec, dump, options, parse_args
 from oracle_search.config import add_options as add_config_options
 from oracle_search.flags import add_flags as add_field_flags, flagged, renamed_note, say_renamed
-from oracle_search.options import (SearchSpace, add_flags, at_least, check_margin, check_with_spec, from_args)
+from oracle_search.options import (SearchSpace, add_flags, at_least, check_margin, check_with_spec, from_args,
+                                   positive_seconds)
 from trainables.errors import CheckpointError, DataError
 from trainables.presets import DEFAULT_PRESET, PRESETS
 from trainables.schedules import SiloParams, silo_max_lr
@@ -306,8 +307,6 @@ def _cost_inputs(args: argparse.Namespace) -> float | None:
     if args.slots is not None and not args.dry_run:
         raise SpecError("slots", "only with --dry-run (a run has the cluster's slots)")
     _slots(args.slots)
-    from oracle_search.estimate import positive_seconds  # imports pandas, not torch or Ray
-
     return positive_seconds(args.seconds_per_epoch)
 
 

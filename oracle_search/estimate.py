@@ -46,14 +46,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oracle_search.config import ORACLE_MODES
+from oracle_search.delta import DELTA_VALUES, ROUNDS, DeltaPlan
+from oracle_search.fusion import fusable, fuse_size
+from oracle_search.options import positive_seconds
+from oracle_search.racing import MOST_NEW_VALUES_PER_ROUND, TuningPlan
 from oracle_search.schema import BASELINES, Method, Stage
+from oracle_search.simulate import SPREAD
 from trainables.atomic import atomic_write_json
 from trainables.timestamps import duration
 from trainables.spec import ExperimentSpec, SpecError
 
-if TYPE_CHECKING:  # the simulation imports Ray, the plans scipy, the stand-in torch; --help imports this module
-    from oracle_search.delta import DeltaPlan
-    from oracle_search.racing import TuningPlan
+# The report reads what this module writes (`analysis.files`), so Ray, Tune and torch load only where a plan is
+# simulated (`simulate_job`), a cluster asked (`cluster`) or an epoch timed (`trainables`): imported there.
+if TYPE_CHECKING:
     from oracle_search.simulate_job import JobWalls, Simulation
     from trainables.standin import StandIn
 
@@ -156,8 +161,6 @@ class Estimate:
                 f"(at most {duration(self.seconds('most'))}), plus Ray's start"]
 
     def walls_line(self) -> str:
-        from oracle_search.simulate import SPREAD
-
         walls = ", ".join(f"{mode} {duration(s)}" for mode, s in self.oracle_walls.items())
         return (f"the Oracle on {self.slots} slots alone, as `oracle` runs it (its own driver simulated on the "
                 f"accuracy model, a training's seconds spread {SPREAD:.0%}){', one replicate' * (self.replicates > 1)}"
@@ -195,8 +198,6 @@ def oracle_phase(spec: ExperimentSpec, seeds: int, refine: int, bracket: bool, f
     below; at most the most), the most where not given. `fuse`: candidates per fused trial (`fusion.fuse_size`);
     each round on a seed is ⌈its values / fuse⌉ trials, and the typical trials are the typical trainings in the
     same proportion."""
-    from oracle_search.racing import MOST_NEW_VALUES_PER_ROUND
-
     g, later = first_round_values(spec, bracket)
     cycles, most = spec.cycles, MOST_NEW_VALUES_PER_ROUND
 
@@ -211,8 +212,6 @@ def oracle_phase(spec: ExperimentSpec, seeds: int, refine: int, bracket: bool, f
 def silo_paper_phase(spec: ExperimentSpec, plan: DeltaPlan, typical: int | None = None) -> Phase:
     """At most: the first δ values on every seed of `plan`, then `ROUNDS` rounds of at most 2, each δ training
     cycles q+1..target, and cycles 0..q once per seed. Typically: `typical` (at most the most)."""
-    from oracle_search.delta import DELTA_VALUES, ROUNDS
-
     seeds = len(plan.seeds)
     first = max(1, min(DELTA_VALUES, len(set(spec.grid)) - 1))  # ε + δ on the grid values above ε (or 2ε)
     refine = ROUNDS if plan.cycles_per_delta else 0
@@ -246,8 +245,6 @@ def baselines_phases(spec: ExperimentSpec, plan: TuningPlan, eval_seeds: int, si
 def candidates_per_trial(spec: ExperimentSpec, fuse: int) -> int:
     """How many of a (seed, cycle)'s max_lr candidates the engine fuses into one trial for this run's `--fuse`
     (`fusion.fuse_size`), 1 where it fuses none (`fusion.fusable`: fp16)."""
-    from oracle_search.fusion import fusable, fuse_size
-
     return fuse_size(spec, fuse) if fusable(spec, min(spec.grid)) else 1
 
 
@@ -304,9 +301,6 @@ def plan(command: str, spec: ExperimentSpec, options, simulated: Simulation) -> 
     phases = [oracle_phase(spec, o.seeds, o.refine, o.bracket, k, counts.get("oracle", 0))]
     if options.silo_fit:
         phases.append(silo_fit_phase(spec, fit.trials, fit.seeds, target, counts.get("silo_fit", 0)))
-    from oracle_search.delta import DeltaPlan  # here, not at the top: --help imports this module
-    from oracle_search.racing import TuningPlan
-
     # At most: the drivers' plans (`DeltaPlan`, `TuningPlan`) in closed form; their seeds are labels here.
     seeds = tuple(range(o.seeds))
     phases.append(silo_paper_phase(spec, DeltaPlan(min(spec.grid), tuple(spec.grid), seeds, target, mode=o.mode),
@@ -335,6 +329,7 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS, fuse: int = 1, st
     bf16: 0.38 s at batch 8, 0.35-0.38 s at 16, 32 and 64)."""
     import torch
 
+    # here, not at the top: torch (the module docstring's comment on imports)
     from trainables.cycle import accuracy, device_backends, make_optimizer, resolve_device, train_step
     from trainables.fused import Fused, FusedOptimizer, fused_accuracy, step_function
     from trainables.plugins import build_model, load_data
@@ -426,11 +421,11 @@ def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together:
     most one per trial's share of this machine's CPUs, and on GPUs each copy on the GPU its trial would get
     (`copy_gpus`). `fuse`: time a fused network of that many candidates, `standin`: on its random inputs instead
     of the data (`time_epoch`). The answer is the copies' mean, with how many ran (`copies`)."""
-    from oracle_search.cluster import local_trial_device, trials_run_here
+    from oracle_search.cluster import local_trial_device, trials_run_here  # Ray: here, not at the top
 
     res, threads = spec.resources, spec.resources.threads
     if trials_run_here(spec, address):
-        from trainables.cycle import torch_threads
+        from trainables.cycle import torch_threads  # torch: here, not at the top
         from trainables.plugins import load_data
 
         copies = max(1, min(together, (os.cpu_count() or 1) // threads))
@@ -453,7 +448,7 @@ def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together:
             return _mean(list(pool.map(timed, range(copies))))
     import ray
 
-    from oracle_search.cluster import connect
+    from oracle_search.cluster import connect  # Ray: here, not at the top
     from trainables.sources import runtime_env
 
     connect(address, runtime_env(spec))
@@ -462,7 +457,7 @@ def probe_seconds_per_epoch(spec: ExperimentSpec, address: str | None, together:
     def probe(spec: ExperimentSpec, threads: int, fuse: int, standin: StandIn | None) -> dict:
         import torch
 
-        from oracle_search.estimate import time_epoch
+        from oracle_search.estimate import time_epoch  # on the Ray worker, which imports it there
 
         torch.set_num_threads(threads)
         use_cuda = bool(ray.get_gpu_ids()) and torch.cuda.is_available()
@@ -479,19 +474,12 @@ def _mean(timed: list[dict]) -> dict:
     return timed[0] | mean | {"copies": len(timed)}
 
 
-def positive_seconds(value: float | None) -> float | None:
-    """--seconds-per-epoch: a positive finite number, or None."""
-    if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise SpecError("seconds-per-epoch", f"must be a positive number, got {value!r}")
-    return value
-
-
 def oracle_walls(spec: ExperimentSpec, options, slots: int, seconds_per_epoch: float,
                  simulated=None) -> dict[str, float]:
     """The Oracle alone (`options`: pipeline.OracleOptions) on `slots`, simulated with racing and with exhaustive
     search (`simulate_job.simulate`: the `oracle` command's own driver on the accuracy model). `simulated`: the
     Oracle already simulated in `options.mode` on these slots, at these seconds."""
-    from oracle_search.simulate_job import simulate  # Ray and Tune: not at the top (--help imports this module)
+    from oracle_search.simulate_job import simulate  # Ray, Tune, torch: here, not at the top
 
     def wall(mode: str) -> float:
         if simulated is not None and mode == options.mode:
@@ -509,8 +497,9 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
     as many copies at once as this cluster's trials would), and simulate on them the Oracle alone both ways
     (`oracle_walls`) and a compare whole (`simulate_job`, whose replicates' ledgers then give the typical counts;
     unfused trials only: a fused trial's candidates share one slot)."""
+    # Ray, Tune, torch: here, not at the top
     from oracle_search.cluster import trial_slots
-    from oracle_search.simulate_job import simulate  # Ray and Tune: not at the top (--help imports this module)
+    from oracle_search.simulate_job import simulate
 
     positive_seconds(seconds_per_epoch)
     here = trial_slots(spec, address)

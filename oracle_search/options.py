@@ -55,6 +55,13 @@ def check_margin(value: Any) -> None:
         raise SpecError("margin", f"must be a number >= 0 (points per compared cycle), got {value!r}")
 
 
+def positive_seconds(value: float | None) -> float | None:
+    """--seconds-per-epoch: a positive finite number, or None."""
+    if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise SpecError("seconds-per-epoch", f"must be a positive number, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     """Ranges of the SILO fitter (`--epsilon-range` and its kin); the paper advises q in [0, 3] and beta in

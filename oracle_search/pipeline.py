@@ -19,7 +19,8 @@ from analysis.report import write_report
 from oracle_search import estimate, fitter, options as recorded_options, replicates
 from oracle_search.baselines import run_baselines
 from oracle_search.callbacks import logger_callbacks
-from oracle_search.cluster import connect
+from oracle_search.cluster import (cluster_address, connect, local_trial_device, probe_precision,
+                                   trials_run_here)
 from oracle_search.engine import Engine, RunFailed
 from oracle_search.runner import Runner
 from oracle_search.fusion import fuse_size
@@ -28,6 +29,7 @@ from oracle_search.options import CompareOptions, FitOptions, OracleOptions, che
 from oracle_search.progress import Progress
 from oracle_search.plan import StudyPlan, oracle_search
 from oracle_search.schema import SILO_METHODS, read_results
+from oracle_search.security import redact
 from oracle_search.seeds import replicate_spec
 from oracle_search.side_by_side import first_error, side_by_side
 from oracle_search.statistics import MARGIN_PER_CYCLE
@@ -35,6 +37,7 @@ from oracle_search.oracle import dense_best_here, oracle_cycles
 from oracle_search.study import run_study, silo_variants
 from trainables.atomic import atomic_write_json
 from trainables.plugins import check_names, load_data
+from trainables.precision import resolve_precision
 from trainables.sources import runtime_env
 from trainables.spec import ExperimentSpec, SpecError
 
@@ -64,9 +67,6 @@ def resolve_run_precision(spec: ExperimentSpec, out: Path, address: str | None) 
         return dataclasses.replace(spec, precision=old.precision)
     import torch
 
-    from oracle_search.cluster import local_trial_device, probe_precision, trials_run_here
-    from trainables.precision import resolve_precision
-
     if not trials_run_here(spec, address):
         return dataclasses.replace(spec, precision=probe_precision(spec, address))
     return dataclasses.replace(spec, precision=resolve_precision("auto", torch.device(local_trial_device(spec))))
@@ -86,8 +86,6 @@ def prepare_out(out: Path, spec: ExperimentSpec) -> None:
             raise SpecError("out", f"{out} holds a run of a different experiment; use a new --out")
         if old.precision == spec.precision:
             return
-    from oracle_search.security import redact
-
     out.mkdir(parents=True, exist_ok=True)
     stored = spec.to_dict()
     if stored["resources"]["storage_path"]:
@@ -105,8 +103,6 @@ def check_inputs(spec: ExperimentSpec, *, address: str | None = None, study_stor
         load_data(spec)
     runtime_env(spec)  # the import paths' modules can be shipped to Ray workers
     res = spec.resources
-    from oracle_search.cluster import cluster_address
-
     if not cluster_address(address):  # inside a Ray job, RAY_ADDRESS names its cluster
         import torch
 
@@ -118,8 +114,6 @@ def check_inputs(spec: ExperimentSpec, *, address: str | None = None, study_stor
                             f"{torch.cuda.device_count()} GPUs (pass --address to use a cluster)")
     if study_storage:
         import optuna
-
-        from oracle_search.security import redact
 
         try:
             optuna.storages.get_storage(study_storage)
