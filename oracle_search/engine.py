@@ -9,12 +9,12 @@ import dataclasses
 import os
 import threading
 import time
-from typing import Callable, Protocol
+from typing import Callable
 
 from ray import tune
 
 from oracle_search.cluster import allow_pending, connect, trial_slots
-from oracle_search.identity import Training
+from oracle_search.executor import Executor
 from oracle_search.progress import Progress, latest_error
 from oracle_search.schema import COLUMNS
 from oracle_search.searcher import TrialQueue
@@ -24,15 +24,6 @@ from trainables.sources import runtime_env
 from trainables.spec import ExperimentSpec
 from trainables.timestamps import utc_now
 from trainables.tune_adapter import any_cycle_trainable, fused_rows
-
-
-class Owner(Protocol):
-    """What the engine needs of whoever hands it a training (`runner.Runner`): its experiment's name, and where a
-    finished training's row goes."""
-
-    experiment: str
-
-    def landed(self, row: dict) -> None: ...
 
 
 # What a trial reports that becomes its row: the cycle's own fields (trainables.cycle.CycleResult) that are
@@ -117,8 +108,9 @@ def incomplete(result: dict, checkpoint) -> str | None:
     return None
 
 
-class Engine:
-    """One long-lived Tune experiment that trains what one or more Runners hand it. A Runner owns a results
+class Engine(Executor):
+    """The executor on Ray Tune (`executor.Executor`): one long-lived Tune experiment that trains what one or more
+    Runners hand it. A Runner owns a results
     folder (its spec, ledger and progress); the engine owns the Tune side: the queue of trial configs, Tune's
     thread, and which Runner each trial belongs to, so a finished trial lands in its own folder's ledger.
 
@@ -129,61 +121,17 @@ class Engine:
     def __init__(self, spec: ExperimentSpec, experiment: str, address: str | None, storage: str,
                  progress: Progress, trainable: Callable[[dict], None] = any_cycle_trainable,
                  max_failures: int = 2, callbacks: tuple[tune.Callback, ...] = ()):
-        self.spec, self.experiment, self.address, self.storage = spec, experiment, address, storage
+        super().__init__(threading.Condition(), storage)
+        self.spec, self.experiment, self.address = spec, experiment, address
         self.progress, self.trainable, self.max_failures, self.callbacks = progress, trainable, max_failures, callbacks
         self.queue: TrialQueue | None = None
         self._abort: _Abort | None = None
         self.thread: threading.Thread | None = None
-        self.done = threading.Condition()
-        self.finished: dict[str, dict] = {}
-        self.failed: dict[str, str] = {}  # key -> the last line of its error
-        self.news = 0  # trials finished or failed so far (`wait_for_news`)
-        self.tune_error: BaseException | None = None
-        self._owner: dict[str, tuple[Owner, Training]] = {}  # Tune trial key -> (its Runner, its training)
         self._queued: dict[str, str] = {}  # Tune trial key -> when the driver handed it over (UTC)
         self._stopping = False
         self._starting = threading.Lock()  # drivers in several threads (replicates) start one experiment, not two
 
-    def training(self, key: str) -> Training:
-        return self._owner[key][1]
-
-    def starts_in_flight(self) -> set[str]:
-        """The start checkpoints of trials handed over and neither finished nor failed (`retention` keeps them)."""
-        with self.done:
-            return {t.start_checkpoint for key, (_, t) in self._owner.items()
-                    if t.start_checkpoint and key not in self.finished and key not in self.failed}
-
-    def trainings_in_flight(self, runner: Owner) -> dict[str, str]:
-        """`runner`'s trainings handed over and neither finished nor failed: training identity -> the trial key
-        its row will land under."""
-        with self.done:
-            return {t.tags["training"]: key for key, (owner, t) in self._owner.items()
-                    if owner is runner and t.tags.get("training") and key == t.key
-                    and key not in self.finished and key not in self.failed}
-
-    # The lines of work that drive an engine (`side_by_side`) say when they start and end, and wait on each other
-    # through its events. A real engine needs none of that; the simulated one (`oracle_search.simulate_job`)
-    # advances its clock only once every line waits.
-    def event(self) -> threading.Event:
-        return threading.Event()
-
-    def lines_started(self, n: int) -> object:
-        """The calling thread hands its work to `n` new lines and waits for them; returns their group's token."""
-        return None
-
-    def line_begun(self, group: object) -> None:
-        """A line of `group` starts, in its own thread."""
-
-    def line_ended(self, group: object, last: bool) -> None:
-        """A line of `group` ended; `last`: the last of them, so the thread that started them goes on."""
-
-    def owns(self, runner: Owner, key: str, training: Training) -> None:
-        """Record that the Tune trial `key` trains `training` for `runner`."""
-        self._owner[key] = (runner, training)
-
     def prioritise(self, key: str, priority: float) -> None:
-        """A trial already handed over is also needed where `priority` says (another line waits on it): it keeps
-        the higher of the two."""
         if self.queue is not None:
             self.queue.prioritise(key, priority)
 

@@ -17,6 +17,7 @@ from oracle_search import identity, retention
 from oracle_search.dedup import Trained
 from oracle_search.cluster import trial_slots
 from oracle_search.engine import BOOKKEEPING, RERUN, ROW_METRICS, Engine, RunFailed
+from oracle_search.executor import Executor
 from oracle_search.fusion import pack
 from oracle_search.identity import Training
 from oracle_search.ledger import Ledger
@@ -59,7 +60,7 @@ class Runner:
     progress: Progress = field(default_factory=Progress)
     fuse: int = 1  # most max_lr candidates of one (seed, cycle) trained as one fused network per Tune trial
     callbacks: tuple[tune.Callback, ...] = ()  # more Tune callbacks, e.g. oracle_search.callbacks.logger_callbacks
-    engine: Engine | None = None  # shared with other Runners; None: one of its own
+    engine: Executor | None = None  # shared with other Runners; None: an `Engine` of its own
 
     def __post_init__(self) -> None:
         self.out = self.out.resolve()

@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from oracle_search.engine import ROW_METRICS, Engine
+from oracle_search.engine import ROW_METRICS
+from oracle_search.executor import Executor
 
 from oracle_search.identity import Training
 
@@ -150,15 +151,14 @@ class _Group:
     seen: float = 0.0
 
 
-class SimEngine(Engine):
-    """An `Engine` whose trainings run on a virtual clock with `slots` slots (module docstring). Made in the thread
-    that then drives it (it counts as the one line running)."""
+class SimEngine(Executor):
+    """The executor on a virtual clock with `slots` slots (`executor.Executor`; module docstring). Made in the
+    thread that then drives it (it counts as the one line running)."""
 
-    def __init__(self, spec: ExperimentSpec, model: Model, slots: int):
-        super().__init__(spec, spec.preset, None, "", Progress())
+    def __init__(self, model: Model, slots: int):
+        self.lock = threading.RLock()  # first: the clocked condition is made on it
+        super().__init__(_Clocked(self))
         self.model, self.slots = model, slots
-        self.lock = threading.RLock()
-        self.done = _Clocked(self)
         self.now = 0.0
         self.generation = 0  # clock moves so far: a wait on `done` ends at the next one
         self.runnable = 1  # lines not waiting (the thread that made the engine is the first)
@@ -405,7 +405,7 @@ def simulate_compare(spec: ExperimentSpec, options, slots: int, seconds_per_epoc
 
 def _simulate(spec: ExperimentSpec, plan_of, R: int, slots: int, model: Model, study) -> Simulation:
     with tempfile.TemporaryDirectory(prefix="oracle-search-sim-") as tmp:
-        engine = SimEngine(spec, model, slots)
+        engine = SimEngine(model, slots)
         specs = {r: replicate_spec(spec, r) if R > 1 else spec for r in range(1, R + 1)}
         runners = {r: SimRunner(out=replicate_dir(Path(tmp), r), spec=s, experiment=s.preset,
                                 progress=Progress(io.StringIO()), engine=engine)

@@ -77,7 +77,7 @@ def test_on_64_slots_the_default_takes_little_more_than_its_longest_chain_and_on
 
 
 def test_lines_side_by_side_all_run_to_the_end_and_the_first_error_is_given_back():
-    engine = SimEngine(TINY, Model(0.1), 2)
+    engine = SimEngine(Model(0.1), 2)
     done = []
 
     def fails():
@@ -93,7 +93,7 @@ def test_a_training_another_line_is_running_is_waited_for_not_trained_twice(tmp_
     """Two lines hand over the same training (silo_paper's and the warmup baseline's first final cycles): it
     trains once, the second line gets a copy marked reused as soon as it lands, and on the clock the second line
     waits no longer than the first."""
-    engine = SimEngine(TINY, Model(0.1), 4)
+    engine = SimEngine(Model(0.1), 4)
     runner = SimRunner(out=tmp_path / "study", spec=TINY, experiment="tiny", progress=Progress(io.StringIO()),
                        engine=engine)
 
@@ -125,7 +125,7 @@ def test_a_training_another_line_is_running_is_waited_for_not_trained_twice(tmp_
 def test_a_line_waiting_on_nothing_ends_not_hangs():
     """Every line waits and nothing runs (a driver bug): the clock cannot move, so the waits end (the event's wait
     says it was not set) instead of hanging; the whole simulation returns within seconds."""
-    engine = SimEngine(TINY, Model(0.1), 2)
+    engine = SimEngine(Model(0.1), 2)
     never = engine.event()
     got = {}
     thread = threading.Thread(target=lambda: got.update(side_by_side({"stuck": lambda: never.wait()}, engine)),
@@ -141,7 +141,7 @@ def test_a_stuck_runner_raises_run_failed():
     driver bug's stand-in) ends with RunFailed naming the training, not a hang."""
     from oracle_search.engine import RunFailed
 
-    engine = SimEngine(TINY, Model(0.1), 0)
+    engine = SimEngine(Model(0.1), 0)
     runner = SimRunner(out=Path(tempfile.mkdtemp()) / "study", spec=TINY, experiment="tiny",
                        progress=Progress(io.StringIO()), engine=engine)
     lines = side_by_side({"stuck": lambda: runner.run([Training("never", TINY, 0, 0.1, 0, None, {})])}, engine)
@@ -156,7 +156,7 @@ def test_a_toy_job_whose_chain_and_walls_are_known_by_hand(tmp_path):
     T = 0.1 * TINY.epochs
 
     def run(slots: int) -> SimEngine:
-        engine = SimEngine(TINY, model, slots)
+        engine = SimEngine(model, slots)
         runner = SimRunner(out=tmp_path / f"slots{slots}", spec=TINY, experiment="tiny",
                            progress=Progress(io.StringIO()), engine=engine)
 
