@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from oracle_search.estimate import ESTIMATE_FILE  # noqa: F401  (the report reads what the estimate wrote)
+from oracle_search.schema import REQUIRED
 
 
 class BadResults(ValueError):
@@ -14,8 +15,6 @@ class BadResults(ValueError):
 
 
 def required_columns() -> list[str]:
-    from oracle_search.schema import REQUIRED  # the table's schema; a pure module, no driver
-
     return list(REQUIRED)
 
 

@@ -32,13 +32,17 @@ import pandas as pd
 
 from analysis.intervals import oracle_intervals
 from analysis.regret import analyse
+from analysis.report import Section, write_report
+from analysis.tables import Table
 from oracle_search.compared import chain_seeds, complete_for_verdict, oracle_trials
 from oracle_search.curve import lr_key
+from oracle_search.options import OracleOptions, recorded_oracle
 from oracle_search.racing import OracleSearch, Pool, carry, pool_of, run_race, tuning_race, write_racing
 from oracle_search.simulate import Clock
 from oracle_search.schema import BASELINES, Method, Stage, read_results, results_frame
 from oracle_search.selection import Curve, choose, in_set
 from trainables.atomic import atomic_write_bytes
+from trainables.spec import SpecError
 
 REPLAY_COLUMNS = ["cycle", "exhaustive_b", "racing_b", "trainings_exhaustive", "trainings_racing", "unanswered"]
 TUNING_COLUMNS = ["schedule", "exhaustive_peak", "racing_peak", "trainings_exhaustive", "trainings_racing",
@@ -130,9 +134,6 @@ def replay_tuning(df: pd.DataFrame, spec: dict, seeds: list[int], dense: Curve) 
 def run_options(run: Path, refine: int | None = None, use_bracket: bool | None = None) -> tuple[int, bool]:
     """(refinement rounds, bracket) RUN's Oracle was made with: from its options.json where it recorded them (a
     flag that says otherwise is refused), else the flags, else the defaults of `oracle` and `compare`."""
-    from oracle_search.options import OracleOptions, recorded_oracle
-    from trainables.spec import SpecError
-
     recorded = recorded_oracle(run)
     if recorded is None:
         default = OracleOptions()
@@ -306,8 +307,6 @@ def replay(run: Path, out: Path, slots: int | None = None, refine: int | None = 
 
 
 def _write(result: Replay, out: Path, run: Path) -> None:
-    from analysis.report import write_report
-
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / "replay.csv", result.cycles.to_csv(index=False))
     atomic_write_bytes(out / "replay_tuning.csv", result.tuning.to_csv(index=False))
@@ -320,9 +319,6 @@ def _write(result: Replay, out: Path, run: Path) -> None:
 
 def differences_section(result: Replay):
     """The replay's report lists every "inside" flag racing changed, with both plans' sets."""
-    from analysis.report import Section
-    from analysis.tables import Table
-
     frame = result.differences
     notes = [result.sets_line().removeprefix("replay: ").capitalize() + ".",
              result.last_line().removeprefix("replay: ").capitalize() + "."]

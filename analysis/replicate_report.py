@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import paper_table, premises, render
+from analysis import figures, paper_table, premises, render
 from analysis.files import read_spec
 from analysis.intervals import oracle_intervals
 from analysis.regret import Regret, analyse
 from analysis.replicates import aggregate, comparisons
 from analysis.over_replicates import Intervals, max_lr_plot, section_table
 from analysis.report import (DEFAULT_DIM, INPUT_DIMS, THEORY, Plot, Section, estimate_note, html_page,
-                             markdown_page)
+                             markdown_page, write_report)
 from analysis.select import label, silo_params
+from analysis.slots import slot_lanes
 from analysis.tables import VERDICT_MARKS, Table
 from analysis.verdict_sentences import ci_text, fmt_lr
 from oracle_search.statistics import REPLICATE_BUDGET
@@ -386,10 +387,6 @@ def write_replicates_report(out: Path, runs: list[Path], margin_per_cycle: float
     runs as replicates; with `own_reports`, each run's own report too (compare --replicates's folders). `of`: how
     many replicates the study planned, and `failed`: those that failed (folder name -> the line that ended it),
     said first: the answer is then over the finished ones only."""
-    from analysis.report import write_report
-    from analysis.slots import slot_lanes
-    from analysis import figures
-
     out = Path(out)
     names = [Path(r).name if Path(r).name.startswith("replicate-") else f"replicate-{i}"
              for i, r in enumerate(runs, 1)]

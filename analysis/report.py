@@ -19,6 +19,7 @@ from analysis.regret import Regret, analyse
 from analysis.slots import slot_lanes
 from analysis.select import SCHEDULE_LABELS, densities, label, pruning_rate, silo_params
 from oracle_search.compared import silo_methods
+from oracle_search.options import recorded
 from analysis.tables import (Table, accuracy_table, answer_table, best_per_density, cost_table, end_to_end_table,
                              oracle_table, racing_table, regret_table, seed_table, statistics_source, statistics_table,
                              values_table, verdict_table)
@@ -336,8 +337,6 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE, rows: pd.DataFr
 def _with_options(spec: dict | None, out_dir: Path) -> dict | None:
     """The settings shown: the spec, and the command options the run recorded (options.json), as `options.*`
     (e.g. options.oracle.mode, options.fit.trials, options.compare.eval_seeds)."""
-    from oracle_search.options import recorded
-
     found = recorded(out_dir)
     return spec | {"options": found} if spec is not None and found else spec
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from oracle_search.callbacks import CALLBACKS, callback_name
 from oracle_search.config import SPEC_KEY, base_spec, dump, options, parse_args
 from oracle_search.config import add_options as add_config_options
 from oracle_search.flags import add_flags as add_field_flags, flagged, renamed_note, say_renamed
@@ -64,8 +65,6 @@ def add_spec_options(p: argparse.ArgumentParser, *, cluster: bool) -> None:
         p.set_defaults(storage_path=os.environ.get("ORACLE_SEARCH_STORAGE") or None)
         # By hand: where the trials run and what else logs them are not the spec's fields.
         r.add_argument("--address", help="Ray cluster address (e.g. auto); default: start a local Ray")
-        from oracle_search.callbacks import CALLBACKS, callback_name
-
         r.add_argument("--callback", type=callback_name, action="append", metavar="|".join(CALLBACKS),
                        help="also log every trial's per-epoch curves to this tracker with Tune's logger "
                        "callback (repeatable; its package must be installed)")
@@ -113,6 +112,7 @@ def absolute(path: str | None) -> str | None:
 
 
 def check_inputs(args: argparse.Namespace, spec: ExperimentSpec, load: bool = True) -> None:
+    # Here, not at the top: --help imports this module, and the pipeline imports torch and Ray.
     from oracle_search.pipeline import check_inputs as check
 
     check(spec, address=getattr(args, "address", None), study_storage=getattr(args, "fit.storage", None), load=load)
@@ -154,7 +154,7 @@ def cmd_cycle(args: argparse.Namespace) -> int:
     if args.cycle > 0 and not args.start:
         raise SpecError("start", f"cycle {args.cycle} needs --start, the checkpoint of cycle {args.cycle - 1}")
     if args.start:
-        from trainables.checkpoints import load_checkpoint
+        from trainables.checkpoints import load_checkpoint  # imports torch: not at the top, --help imports this module
 
         load_checkpoint(args.start)  # a corrupt start fails here, before anything is written
     check_inputs(args, spec)
@@ -326,6 +326,7 @@ def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, optio
             other = ("leave out --data-dir (stand-in inputs of its shape) or give --seconds-per-epoch S"
                      if spec.dataset in SHAPES else "--dry-run --seconds-per-epoch S")
             raise DataError(err.field, f"{said}; or price it without data: {other}") from err
+    # Here, not at the top: --help imports this module; the estimate imports pandas, the pipeline torch and Ray.
     from oracle_search.estimate import estimate
     from oracle_search.pipeline import resolve_run_precision
 
@@ -354,7 +355,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.out is None and len(runs) > 1:
         raise SpecError("out", "several runs are reported as replicates into a folder of their own: pass --out DIR")
     if args.out is None and manifest(runs[0]) is not None:
-        from oracle_search.pipeline import report
+        from oracle_search.pipeline import report  # imports torch and Ray: only for a replicates folder
 
         path = report(runs[0], margin)
         print(f"report.html: {path}\nreport.md: {path.with_suffix('.md')}")
@@ -394,6 +395,8 @@ def _densities(text: str | None) -> list[float] | None:
 def cmd_paper_table(args: argparse.Namespace) -> int:
     """Test accuracy in the paper's format (methods × the chosen λ, mean ± std): over a replicates folder's
     replicates or several RUNs as replicates, else over one run's seeds; Markdown, or LaTeX with --latex."""
+    # Here, not at the top: --help imports this module, and these import pandas and scipy.
+    from analysis import render
     from analysis.files import BadResults, check_results
     from analysis.paper_table import paper_table, summary, units
     from analysis.replicate_report import check_replicates
@@ -422,8 +425,6 @@ def cmd_paper_table(args: argparse.Namespace) -> int:
         table = paper_table(data, wanted, over="replicates" if len(runs) > 1 else "seeds")
     except ValueError as err:
         raise SpecError("densities", str(err)) from None
-    from analysis import render
-
     if args.latex:
         print(f"\n% {table.verdict}\n" + render.latex(table.cells, table.bold), end="")
     else:
@@ -624,7 +625,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail again
         return 128 + signal.SIGPIPE
     except Exception as err:  # a run that failed: one line, then the traceback for the curious
-        from oracle_search.engine import RunFailed
+        from oracle_search.engine import RunFailed  # imports torch and Ray: not at the top, --help imports this module
 
         print(f"oracle-search: failed: {err}", file=sys.stderr)
         if not isinstance(err, RunFailed):

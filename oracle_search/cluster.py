@@ -10,6 +10,8 @@ from pathlib import Path
 
 import ray
 
+from trainables.cycle import resolve_device
+from trainables.precision import resolve_precision
 from trainables.sources import runtime_env
 from trainables.spec import ExperimentSpec, SpecError
 
@@ -115,9 +117,6 @@ def probe_precision(spec: ExperimentSpec, address: str | None, env: dict[str, st
 
     @ray.remote
     def native(device: str) -> str:
-        from trainables.cycle import resolve_device
-        from trainables.precision import resolve_precision
-
         return resolve_precision("auto", resolve_device(device))
 
     res = spec.resources

@@ -35,8 +35,9 @@ from typing import Any, Sequence
 
 import tomli_w
 
+from oracle_search.security import redact
 from trainables.presets import PRESETS
-from trainables.spec import ExperimentSpec, SpecError, upgrade_amp
+from trainables.spec import ExperimentSpec, Resources, SpecError, upgrade_amp
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -161,8 +162,6 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def _spec_names() -> set[str]:
-    from trainables.spec import Resources
-
     return _fields(ExperimentSpec) | _fields(Resources)
 
 
@@ -258,8 +257,6 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
 def dump(spec: ExperimentSpec, opts: dict[str, Any] | None = None) -> str:
     """The experiment as TOML: the whole spec (None fields left out) and the command options. Storage URLs are
     redacted, as in spec.json: a password never reaches the output (give it again, or put it in ~/.pgpass)."""
-    from oracle_search.security import redact
-
     d = spec.to_dict()
     if d["resources"]["storage_path"]:
         d["resources"]["storage_path"] = redact(d["resources"]["storage_path"])

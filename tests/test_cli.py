@@ -311,3 +311,25 @@ def test_bad_values_are_refused_before_torch_or_ray_load(tmp_path, argv, name):
     assert len(said) == 1 and said[0].startswith("oracle-search: error: ") and name in said[0], said
     assert not imported & HEAVY, sorted(imported & HEAVY)
     assert done.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+HELP_HEAVY = HEAVY | {"pandas", "matplotlib", "torchvision"}
+
+
+def test_every_help_imports_none_of_the_heavy_libraries(tmp_path):
+    """`--help`, and each command's: one process, every help printed (exit 0), and none of torch, Ray, Optuna,
+    scipy, pandas, matplotlib or torchvision imported (the command line imports the project's heavy modules inside
+    the functions that need them, each saying so: tests/test_packages.py)."""
+    commands = sorted(build_parser()._subparsers._group_actions[0].choices)
+    code = ("import sys\nfrom oracle_search.cli import main\n"
+            f"for argv in [[], *[[c] for c in {commands!r}]]:\n"
+            "    try:\n        main([*argv, '--help'])\n    except SystemExit as done:\n"
+            "        assert done.code == 0, (argv, done.code)\n"
+            f"print(sorted(m for m in {sorted(HELP_HEAVY)!r} if m in sys.modules))\n")
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
+                                                      os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(commands) >= 10 and done.stdout.count("usage: oracle-search") == len(commands) + 1
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout.strip().splitlines()[-1]

@@ -4,6 +4,9 @@ module that imports it back."""
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,3 +124,125 @@ def test_the_walk_sees_imports_inside_functions():
     """The walk itself: the estimate's probe imports trainables.fused inside a function."""
     found = imports("oracle_search")
     assert ("oracle_search/estimate.py", "time_epoch", "trainables.fused") in found
+
+
+# --- function-local imports of the project's own modules ---------------------------------------------------------
+
+# Where a module imports one of the project's own modules inside a function, and not at the top, a comment on that
+# import, or on the lines directly above it (one comment may head a block of consecutive imports), says why: most
+# often that --help imports the module and the other one imports torch, Ray or pandas.
+# The lead's files not yet done (issue 50); the lead empties this.
+LEAD_PENDING = {"oracle_search/estimate.py", "oracle_search/options.py", "oracle_search/pipeline.py"}
+PRAGMA = re.compile(r"\b(noqa(:\s*[A-Z0-9, ]+)?|type:\s*ignore(\[[^]]*\])?)")
+
+
+def _comment_lines(source: str) -> set[int]:
+    """The lines holding a comment that says something: not only a pragma (# noqa, # type: ignore)."""
+    said = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT and re.search(r"[A-Za-z]", PRAGMA.sub("", token.string.lstrip("#"))):
+            said.add(token.start[0])
+    return said
+
+
+def uncommented_local_imports(source: str) -> list[int]:
+    """The lines of the function-local imports of the project's own modules in `source` that no comment explains:
+    none on the import's own lines, on the first line of the block of consecutive imports it ends, or on the
+    comment lines directly above that block."""
+    tree = ast.parse(source)
+    comments = _comment_lines(source)
+    lines = source.splitlines()
+    # Each statement's predecessor in its own block of statements (the body, orelse, finalbody or a handler's).
+    before: dict[ast.stmt, ast.stmt] = {}
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list):
+                before.update(zip(block[1:], block[:-1]))
+    local: dict[int, ast.stmt] = {}
+    for function in ast.walk(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = ["." if node.level else node.module or ""]
+                else:
+                    continue
+                if any(n == "." or n.split(".")[0] in PACKAGES for n in names):
+                    local[node.lineno] = node
+    found = []
+    for line, node in sorted(local.items()):
+        head = node
+        while (prev := before.get(head)) is not None and isinstance(prev, (ast.Import, ast.ImportFrom)) \
+                and prev.end_lineno == head.lineno - 1:
+            head = prev
+        said = set(range(node.lineno, node.end_lineno + 1)) | set(range(head.lineno, head.end_lineno + 1))
+        above = head.lineno - 1
+        while above >= 1 and lines[above - 1].strip().startswith("#"):
+            said.add(above)
+            above -= 1
+        if not said & comments:
+            found.append(line)
+    return found
+
+
+def uncommented(root: Path = ROOT, skip: set[str] = frozenset()) -> list[str]:
+    """FILE:LINE of every function-local import of a project module in the three packages with no comment."""
+    return [f"{path.relative_to(root).as_posix()}:{line}"
+            for package in PACKAGES for path in sorted((root / package).glob("*.py"))
+            if path.relative_to(root).as_posix() not in skip
+            for line in uncommented_local_imports(path.read_text())]
+
+
+def test_every_function_local_import_of_the_project_says_why():
+    assert uncommented(skip=LEAD_PENDING) == []
+
+
+def test_lead_pending_lists_only_files_still_pending():
+    """An entry goes once its file is done: the allow-list cannot outlive its reason."""
+    done = {f for f in LEAD_PENDING if not uncommented_local_imports((ROOT / f).read_text())}
+    assert done == set(), sorted(done)
+
+
+def test_the_comment_check_reads_lines_and_blocks():
+    source = '''import trainables.spec
+
+def bare():
+    from oracle_search import pipeline
+    return pipeline
+
+def pragma_only():
+    from oracle_search.schema import REQUIRED  # noqa: F401
+    import json  # not the project's: no reason needed
+
+def explained():
+    # pandas: not at the top
+    from oracle_search.schema import REQUIRED
+    from analysis.files import check_results
+
+    x = "# not a comment"
+    from trainables.cycle import run_cycle
+    from trainables.plugins import check_names  # torch: after the checks
+    if x:
+        from analysis import render  # pandas
+        from analysis.report import write_report
+    return REQUIRED, check_results, run_cycle, check_names, render, write_report
+'''
+    lines = source.splitlines()
+    assert [lines[n - 1].strip() for n in uncommented_local_imports(source)] == [
+        "from oracle_search import pipeline", "from oracle_search.schema import REQUIRED  # noqa: F401",
+        "from trainables.cycle import run_cycle"]
+
+
+def test_the_comment_check_finds_an_import_made_on_purpose(tmp_path):
+    """A copy of the three packages with one function-local import added without a comment: the check names it."""
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+        for path in (ROOT / package).glob("*.py"):
+            (tmp_path / package / path.name).write_text(path.read_text())
+    assert uncommented(tmp_path, skip=LEAD_PENDING) == []
+    target = tmp_path / "oracle_search" / "statistics.py"
+    text = target.read_text()
+    target.write_text(text + "\n\ndef _late():\n    from oracle_search.schema import REQUIRED\n    return REQUIRED\n")
+    assert uncommented(tmp_path, skip=LEAD_PENDING) == [f"oracle_search/statistics.py:{len(text.splitlines()) + 4}"]

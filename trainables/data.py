@@ -22,6 +22,7 @@ import torch
 
 from trainables.atomic import atomic_write
 from trainables.errors import DataError  # noqa: F401  (re-exported)
+from trainables.imagenet import imagenet as load_imagenet  # torchvision only when it loads (it imports that lazily)
 from trainables.shapes import SHAPES
 from trainables.streamed import SPLITS, DatasetSplits, _Seeded, batch_seed  # noqa: F401  (DatasetSplits re-exported)
 
@@ -207,9 +208,7 @@ def cifar(spec: "ExperimentSpec") -> TensorData:
 
 def imagenet(spec: "ExperimentSpec") -> "DatasetSplits":
     """ImageNet from `--data-dir` (trainables.imagenet, which imports torchvision: only when asked for)."""
-    from trainables.imagenet import imagenet as load
-
-    return load(spec)
+    return load_imagenet(spec)
 
 
 Data = Union[TensorData, DatasetSplits]
