@@ -25,6 +25,7 @@ from typing import Any, Iterable
 
 from oracle_search import flags
 from oracle_search.config import ORACLE_MODES
+from oracle_search.security import redact
 from oracle_search.seeds import check_seed_room
 from trainables.atomic import atomic_write_json
 from trainables.fields import flag
@@ -238,8 +239,6 @@ def from_args(args: argparse.Namespace, section: str, **given: Any) -> Any:
 
 def _plain(value: Any) -> Any:
     """`value` as it reads back from JSON (dataclasses as dicts, tuples as lists), a storage URL redacted."""
-    from oracle_search.security import redact
-
     if dataclasses.is_dataclass(value):
         value = dataclasses.asdict(value)
     if isinstance(value, dict) and isinstance(value.get("storage"), str):

@@ -132,7 +132,6 @@ def test_the_walk_sees_imports_inside_functions():
 # import, or on the lines directly above it (one comment may head a block of consecutive imports), says why: most
 # often that --help imports the module and the other one imports torch, Ray or pandas.
 # The lead's files not yet done (issue 50); the lead empties this.
-LEAD_PENDING = {"oracle_search/estimate.py", "oracle_search/options.py", "oracle_search/pipeline.py"}
 PRAGMA = re.compile(r"\b(noqa(:\s*[A-Z0-9, ]+)?|type:\s*ignore(\[[^]]*\])?)")
 
 
@@ -187,22 +186,15 @@ def uncommented_local_imports(source: str) -> list[int]:
     return found
 
 
-def uncommented(root: Path = ROOT, skip: set[str] = frozenset()) -> list[str]:
+def uncommented(root: Path = ROOT) -> list[str]:
     """FILE:LINE of every function-local import of a project module in the three packages with no comment."""
     return [f"{path.relative_to(root).as_posix()}:{line}"
             for package in PACKAGES for path in sorted((root / package).glob("*.py"))
-            if path.relative_to(root).as_posix() not in skip
             for line in uncommented_local_imports(path.read_text())]
 
 
 def test_every_function_local_import_of_the_project_says_why():
-    assert uncommented(skip=LEAD_PENDING) == []
-
-
-def test_lead_pending_lists_only_files_still_pending():
-    """An entry goes once its file is done: the allow-list cannot outlive its reason."""
-    done = {f for f in LEAD_PENDING if not uncommented_local_imports((ROOT / f).read_text())}
-    assert done == set(), sorted(done)
+    assert uncommented() == []
 
 
 def test_the_comment_check_reads_lines_and_blocks():
@@ -241,8 +233,8 @@ def test_the_comment_check_finds_an_import_made_on_purpose(tmp_path):
         (tmp_path / package).mkdir()
         for path in (ROOT / package).glob("*.py"):
             (tmp_path / package / path.name).write_text(path.read_text())
-    assert uncommented(tmp_path, skip=LEAD_PENDING) == []
+    assert uncommented(tmp_path) == []
     target = tmp_path / "oracle_search" / "statistics.py"
     text = target.read_text()
     target.write_text(text + "\n\ndef _late():\n    from oracle_search.schema import REQUIRED\n    return REQUIRED\n")
-    assert uncommented(tmp_path, skip=LEAD_PENDING) == [f"oracle_search/statistics.py:{len(text.splitlines()) + 4}"]
+    assert uncommented(tmp_path) == [f"oracle_search/statistics.py:{len(text.splitlines()) + 4}"]
