@@ -226,7 +226,7 @@ def test_a_cycle_stamps_when_it_started_and_finished_and_the_stamps_reach_its_ro
     assert re.fullmatch(STAMP, r.started) and re.fullmatch(STAMP, r.finished)
     started, finished = pd.to_datetime(r.started, utc=True), pd.to_datetime(r.finished, utc=True)
     assert before <= started <= finished <= after
-    assert (finished - started).total_seconds() == pytest.approx(r.seconds, abs=0.02)
+    assert (finished - started).total_seconds() == pytest.approx(r.seconds, rel=0.02, abs=0.02)
 
     assert {"started", "finished"} <= set(ROW_METRICS)
     metrics = r.row() | {"final": True, "key": "k"}  # as cycle_trainable reports it, placement aside
@@ -237,7 +237,9 @@ def test_a_cycle_stamps_when_it_started_and_finished_and_the_stamps_reach_its_ro
     fused = run_fused_cycle(dataclasses.replace(TINY, precision="fp32"), cycle=0, max_lrs=[0.03, 0.1], seed=0)
     assert len({(c.started, c.finished) for c in fused}) == 1 and re.fullmatch(STAMP, fused[0].finished)
     span = pd.to_datetime(fused[0].finished, utc=True) - pd.to_datetime(fused[0].started, utc=True)
-    assert span.total_seconds() == pytest.approx(sum(c.seconds for c in fused), abs=0.02)  # shares of the span
+    # shares of the span; the stamps and the timer are read a few statements apart, which a loaded machine
+    # stretches (25 ms seen at load 15 on 2 cores): 2 % of the span, at least 20 ms
+    assert span.total_seconds() == pytest.approx(sum(c.seconds for c in fused), rel=0.02, abs=0.02)
 
 
 def test_cudnn_benchmark_is_set_on_cuda_trials_only_when_asked(monkeypatch):
