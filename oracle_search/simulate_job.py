@@ -11,6 +11,13 @@ over trainings and waits, or waits on another line's event, stops counting; when
 queued so far take free slots (in the order handed over), and the earliest running one finishes: its row lands
 in its folder's ledger as a real one would, and the lines waiting on the engine go on.
 
+**One line at a time**: the lines that count run in turn, not at once (`SimEngine.turn`): once every line that
+counts waits for its turn, the one whose path sorts first ("replicate-1/oracle" before "replicate-1/silo_paper")
+runs until it waits on the engine or ends. Decisions take no time on the clock, so this changes no time; it fixes
+which of two lines hands over a training both need at one instant (the first owns it: its row, its key, and the
+checkpoint hash the next cycles' identities carry), which the threads' interleaving decided before, so the same
+job ran differently from run to run.
+
 **A chain of dependent trainings**: a training handed over by a line depends on every training of that line that
 had finished before (the driver decided from their rows), and a line started once another's event was set (the
 Oracle's cycle 0) on what that line had seen. A chain's length is the sum of its trainings' seconds, queueing
@@ -104,6 +111,7 @@ class _Clocked:
         sim.stop_counting()
         while sim.generation == generation and not sim.stuck:
             self.cond.wait()
+        sim.take_turn()
         return True
 
     def notify_all(self) -> None:
@@ -136,6 +144,7 @@ class _Event:
                 sim.stop_counting()
                 while not self.flag and not sim.stuck:
                     sim.done.cond.wait()
+            sim.take_turn()
             sim.see(self.chain)
         return self.flag
 
@@ -164,9 +173,14 @@ class SimEngine(Executor):
         self.runnable = 1  # lines not waiting (the thread that made the engine is the first)
         self.waiting = 0  # threads waiting on `done`
         self.stuck = False  # every line waits and nothing runs: the lines' waits end (Runner.run raises)
+        # The lines that count run one at a time (module docstring): the thread whose turn it is (None: nobody's;
+        # the thread that made the engine runs alone until it starts lines), and the threads that count and wait
+        # for their turn -> their line's path, the order of turns
+        self.turn: int | None = None
+        self.turns: dict[int, str] = {}
         # handed over, waiting for a slot: (training, chain, thread), taken by (−priority, training identity), not
-        # by the moment of the hand-over, which depends on how the lines' threads interleave (and so does which
-        # of two lines needing one training hands it over): the same job runs the same way every time
+        # by the moment of the hand-over (which line hands over first at one instant is the order of their turns):
+        # the same job runs the same way every time
         self.queue: list[tuple[Training, float, int]] = []
         # a heap of (end, order, training, row, chain end, the thread that handed it over)
         self.running: list[tuple[float, int, Training, dict, float, int]] = []
@@ -193,8 +207,9 @@ class SimEngine(Executor):
 
     def lines_started(self, n: int) -> "_Group":
         with self.lock:
-            self.runnable += n - 1  # the caller waits for them: its count passes to them
+            self.runnable += n - 1  # the caller waits for them: its count passes to them, and its turn
             me = threading.get_ident()
+            self._end_turn()
             return _Group(me, self.chain_of(), self.paths.get(me, ""))
 
     def line_begun(self, group: "_Group") -> None:
@@ -202,21 +217,49 @@ class SimEngine(Executor):
             self.chains[threading.get_ident()] = group.chain
             name = threading.current_thread().name
             self.paths[threading.get_ident()] = f"{group.path}/{name}" if group.path else name
+            self.take_turn()
 
     def line_ended(self, group: "_Group", last: bool) -> None:
         with self.lock:
             group.seen = max(group.seen, self.chain_of())
             self.ends[self.paths.get(threading.get_ident(), "")] = self.now
-            if last:  # the caller goes on, having seen what all its lines saw
+            if last:  # the caller goes on, having seen what all its lines saw; its turn
                 self.chains[group.parent] = max(self.chains.get(group.parent, 0.0), group.seen)
+                self.turn = group.parent
             else:
                 self.runnable -= 1
+                self._end_turn()
                 self._move()
+                self._give_turn()
 
     def stop_counting(self) -> None:
-        """The calling thread waits (holding `lock`): once no line counts, move the clock."""
+        """The calling thread waits (holding `lock`): once no line counts, move the clock; else the next line's
+        turn."""
         self.runnable -= 1
+        self._end_turn()
         self._move()
+        self._give_turn()
+
+    def take_turn(self) -> None:
+        """The calling thread counts (holding `lock`): wait until it is its turn (module docstring)."""
+        me = threading.get_ident()
+        if self.turn == me:
+            return
+        self.turns[me] = self.paths.get(me, "")
+        self._give_turn()
+        while self.turn != me and not self.stuck:
+            self.done.cond.wait()
+        self.turns.pop(me, None)
+
+    def _end_turn(self) -> None:
+        if self.turn == threading.get_ident():
+            self.turn = None
+
+    def _give_turn(self) -> None:
+        """Once nobody's turn runs and every line that counts waits for its turn: the first by path."""
+        if self.turn is None and self.turns and len(self.turns) >= self.runnable:
+            self.turn = min(self.turns, key=lambda thread: self.turns[thread])
+            self.done.notify_all()
 
     # --- the engine's side -------------------------------------------------------------------------------------
 
