@@ -23,15 +23,18 @@ import pandas as pd
 
 from oracle_search.compared import Curves, final_rows, last_cycle, oracle_curves, schedules, silo_methods
 from oracle_search.curve import Curve, refuse_duplicates
-from oracle_search.schema import Method
+from oracle_search.schema import BASELINES, HELD_OUT, Method, Stage, current_rows
 from oracle_search.statistics import MARGIN_PER_CYCLE, label, mean_interval, seeds_needed
 
 CONTROLS = ("constant_dense", "constant_best")
 VERSUS = ("oracle", *CONTROLS)
 REGRET_COLUMNS = ["schedule", "cycle", "max_lr", "regret", "ci_lo", "ci_hi", "n"]
 VERDICT_COLUMNS = ["schedule", "versus", "advantage", "ci_lo", "ci_hi", "n", "verdict", "margin", "seeds_needed"]
-END_TO_END_COLUMNS = [*VERDICT_COLUMNS, "diverged", "versus_diverged", "seeds"]
-WARMUP = Method.WARMUP.value
+END_TO_END_COLUMNS = [*VERDICT_COLUMNS, "diverged", "versus_diverged", "seeds", "chosen"]
+BEST_BENCHMARK = "best_benchmark"  # per replicate, the benchmark its tuning seeds scored highest (`best_benchmark`)
+# What each SILO variant is compared with in the verdict, end to end on the evaluation seeds: the held-out references
+# (the Oracle's schedule, not adapting, the best constant), every tuned benchmark schedule, and the best benchmark.
+FAMILY = (*HELD_OUT, *BASELINES, BEST_BENCHMARK)
 
 
 def regret_per_seed(cycle: Curve, x: float | None) -> np.ndarray | None:
@@ -132,25 +135,60 @@ def _chains(rows: pd.DataFrame, last: int) -> tuple[dict[int, pd.Series], set[in
     return whole, diverged
 
 
-def end_to_end_frame(df: pd.DataFrame, last: int, versus: str = WARMUP,
-                     margin_per_cycle: float = MARGIN_PER_CYCLE) -> pd.DataFrame:
-    """Each SILO variant's own final chains against `versus`'s (LR warmup: the dense-tuned peak kept), on the
-    evaluation seeds both ran: per seed Σ_{m=1..L} (test_acc_A − test_acc_B), with CI, the verdict against
-    margin = `margin_per_cycle` × L, and seeds_needed. A seed whose chain diverged for either method is left out of
-    the pairs and counted in `diverged`/`versus_diverged`."""
-    theirs = final_rows(df, versus)
-    if theirs.empty:
-        return _frame([], END_TO_END_COLUMNS)
+def paired(df: pd.DataFrame, last: int, a: str, b: str, margin_per_cycle: float = MARGIN_PER_CYCLE) -> dict:
+    """Method `a`'s own final chains against `b`'s, end to end on the evaluation seeds both ran: per seed
+    Σ_{m=1..L} (test_acc_A − test_acc_B), with the CI, the verdict against margin = `margin_per_cycle` × L and
+    seeds_needed (`END_TO_END_COLUMNS` but `versus`' name). A seed whose chain diverged for either method is left out
+    of the pairs and counted in `diverged`/`versus_diverged`; without final rows for either, undefined."""
     margin = margin_per_cycle * max(last, 0)
-    b, b_div = _chains(theirs, last)
+    (x, x_div), (y, y_div) = (_chains(final_rows(df, m), last) for m in (a, b))
+    seeds = sorted(set(x) & set(y))
+    adv = np.array([sum(x[s][m] - y[s][m] for m in range(1, last + 1)) for s in seeds], dtype=float)
+    return {"schedule": a, "versus": b, "n": len(seeds), **_judge(adv if seeds and last >= 1 else None, len(seeds),
+                                                                   margin),
+            "diverged": len(x_div), "versus_diverged": len(y_div), "seeds": " ".join(map(str, seeds))}
+
+
+def tuning_scores(df: pd.DataFrame) -> dict[str, float]:
+    """Each benchmark schedule's score on the tuning seeds, as its tuning chose its peak: the best seed-mean
+    cycle-0 validation accuracy among the peaks every tuning seed trained (`Curve.best`). The Oracle's own schedule
+    (LR warmup on the default) is tuned on the Oracle's cycle-0 rows. No evaluation seed is read."""
+    rows = current_rows(df)
+    own = {s for s in rows.loc[rows["method"] == Method.ORACLE.value, "schedule"].dropna()}
+    scores = {}
+    for name in BASELINES:
+        tune = rows[(rows["method"] == name) & (rows["stage"] == Stage.TUNE.value) & (rows["cycle"] == 0)]
+        if tune.empty and name in own:  # the Oracle's cycle 0 on S, as the dense choice was made
+            curve = oracle_curves(df).cycles.get(0)
+        elif tune.empty:
+            continue
+        else:
+            curve = Curve.from_rows(tune, sorted(int(s) for s in tune["seed"].unique()))
+        if curve is not None and (best := curve.best) is not None:
+            scores[name] = float(np.mean(curve.at(best)))
+    return scores
+
+
+def best_benchmark(df: pd.DataFrame) -> str | None:
+    """The benchmark schedule with the highest tuning-seed score (`tuning_scores`; ties to the first in the
+    registry's order), chosen before any evaluation seed is read; None without a tuned benchmark."""
+    scores = tuning_scores(df)
+    return max(scores, key=lambda name: (scores[name], -BASELINES.index(name))) if scores else None
+
+
+def end_to_end_frame(df: pd.DataFrame, last: int, margin_per_cycle: float = MARGIN_PER_CYCLE) -> pd.DataFrame:
+    """tables/end_to_end.csv, the verdict's family: each SILO variant's own final chains against each of
+    `FAMILY` on the evaluation seeds both ran (`paired`). `best_benchmark` is the benchmark its tuning seeds
+    scored highest (`chosen`). A comparison whose versus has no final rows is left out."""
+    best = best_benchmark(df)
     records = []
     for method in silo_methods(df):
-        a, a_div = _chains(final_rows(df, method), last)
-        seeds = sorted(set(a) & set(b))
-        adv = np.array([sum(a[s][m] - b[s][m] for m in range(1, last + 1)) for s in seeds], dtype=float)
-        records.append({"schedule": method, "versus": versus, "n": len(seeds),
-                        **_judge(adv if seeds else None, len(seeds), margin), "diverged": len(a_div),
-                        "versus_diverged": len(b_div), "seeds": " ".join(map(str, seeds))})
+        for versus in FAMILY:
+            theirs = best if versus == BEST_BENCHMARK else versus
+            if theirs is None or final_rows(df, theirs).empty:
+                continue
+            records.append(paired(df, last, method, theirs, margin_per_cycle)
+                           | {"versus": versus, "chosen": theirs if versus == BEST_BENCHMARK else ""})
     return _frame(records, END_TO_END_COLUMNS)
 
 
@@ -163,7 +201,7 @@ class Regret:
     schedules: dict[str, dict[int, float]]  # max_lr per cycle of each SILO variant and both controls
     regret: pd.DataFrame  # tables/regret.csv
     verdict: pd.DataFrame  # tables/verdict.csv
-    end_to_end: pd.DataFrame  # tables/end_to_end.csv
+    end_to_end: pd.DataFrame  # tables/end_to_end.csv: the verdict's family, end to end on the evaluation seeds
     last: int  # L
     margin_per_cycle: float = MARGIN_PER_CYCLE  # the verdicts' margin is this × L points (their `margin` column)
 

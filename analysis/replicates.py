@@ -2,11 +2,13 @@
 
 One run's verdict (`analysis.regret`) counts only the noise of that run's final trainings: its interval is over
 seeds, conditional on the run's own choices (the dense choice, δ, b, silo_fit's study). Replicates of the whole
-study measure that noise: each replicate gives one advantage per comparison (SILO variant against the Oracle, the
-controls and LR warmup), and the advantage over replicates is their mean, with a 95 % t interval on R − 1 df and
+study measure that noise: each replicate gives one advantage per comparison (each SILO variant against the Oracle's
+schedule, not adapting and the best constant, each trained end to end on the evaluation seeds with its choices
+fixed on the tuning seeds, every benchmark schedule and the best benchmark), and the advantage over replicates is their mean, with a 95 % t interval on R − 1 df and
 the same label rule (`oracle_search.statistics.label`) against the same margin (`margin_per_cycle` × L points).
 
-- `comparisons(r)`: one replicate's comparison frame, `Regret.verdict` and `Regret.end_to_end` stacked.
+- `comparisons(r)`: one replicate's comparison frame, `Regret.end_to_end` (the regret on the Oracle's chain,
+  `Regret.verdict`, is a per-replicate diagnostic on the tuning seeds, not part of the family).
 - `aggregate(per_replicate, margin_per_cycle)`: (verdict over replicates, every replicate's rows).
 
 Over replicates, per comparison: replicates = R, the replicates with a defined advantage (an undefined one, or one
@@ -46,12 +48,13 @@ HELD = ("better", "worse", "equivalent")  # the labels Holm can confirm
 
 
 def comparisons(r: Regret) -> pd.DataFrame:
-    """One replicate's comparisons: the rows of `r.verdict` (against the Oracle and both controls) followed by those
-    of `r.end_to_end` (against LR warmup), columns `COMPARISON_COLUMNS`."""
-    parts = [frame[COMPARISON_COLUMNS] for frame in (r.verdict, r.end_to_end) if not frame.empty]
-    if not parts:
+    """One replicate's comparisons, the verdict's family: the rows of `r.end_to_end` (each SILO variant against the
+    held-out references and every benchmark, end to end on the evaluation seeds), columns `COMPARISON_COLUMNS`.
+    The regret on the Oracle's chain (`r.verdict`) is read on the tuning seeds that made the choices: a diagnostic,
+    never part of the verdict."""
+    if r.end_to_end.empty:
         return pd.DataFrame(columns=COMPARISON_COLUMNS)
-    return pd.concat(parts, ignore_index=True)
+    return r.end_to_end[COMPARISON_COLUMNS].reset_index(drop=True)
 
 
 def _margin(rows: pd.DataFrame, margin_per_cycle: float, key: tuple[str, str]) -> float:

@@ -65,7 +65,8 @@ def run_chains(runner: Runner, runs: dict[str, tuple[ExperimentSpec, float | Non
                stage: Stage, last_cycle: int, pairs: list[tuple[str, int]] | None = None,
                after: int = 0, ends: dict[str, int] | None = None) -> dict[tuple[str, int], list[dict]]:
     """Cycles 0..last_cycle for each named run and seed; a chain that diverges stops. `runs` maps a name -> (spec,
-    max_lr or None for SILO, tags); `pairs`: only these (name, seed) chains (default: every run on every seed).
+    max_lr (one value, or {cycle: max_lr}) or None for SILO, tags); `pairs`: only these (name, seed) chains
+    (default: every run on every seed).
     Returns each chain's rows. `after`: the trainings the line has behind the chains (their priority adds it).
     `ends`: a run's own last cycle where it is not `last_cycle`; a run whose tags carry a stage keeps it.
 
@@ -79,6 +80,7 @@ def run_chains(runner: Runner, runs: dict[str, tuple[ExperimentSpec, float | Non
 
     def training(pair: tuple[str, int], cycle: int, start: dict | None) -> Training:
         (name, s), (spec, lr, tags) = pair, runs[pair[0]]
+        lr = lr.get(cycle) if isinstance(lr, dict) else lr  # a schedule of max_lr per cycle (`held_out`)
         own = tags.get("stage", stage.value)
         return cycle_training(spec, f"{tags['method']}-{own}-{name}-c{cycle:02d}-s{s}-{peak_name(spec, lr)}"
                                     f"{chain_suffix(start)}", cycle, s, lr, start, tags | {"stage": own},

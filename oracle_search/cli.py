@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -111,6 +112,41 @@ def absolute(path: str | None) -> str | None:
     return str(Path(path).expanduser().absolute())
 
 
+def check_out(out: str) -> None:
+    """--out, where a command will write: an existing folder, or one it can make (its nearest existing parent a
+    folder this process can write in). Tried, not inferred from permissions (root may not write in /proc): a
+    probe folder made and removed at once, so nothing is left. One line naming --out, before anything loads."""
+    path, fix = Path(out).expanduser().absolute(), "give --out a folder this process can make or write in"
+    try:
+        if path.exists() and not path.is_dir():
+            raise SpecError("out", f"{out} is a file, not a folder; {fix}")
+        parent = path
+        while not parent.exists():  # the root always exists
+            parent = parent.parent
+        if not parent.is_dir():
+            raise SpecError("out", f"{out} cannot be made: {parent} is a file, not a folder; {fix}")
+        os.rmdir(tempfile.mkdtemp(prefix=".oracle-search-probe-", dir=parent))
+    except OSError as err:
+        raise SpecError("out", f"{out} cannot be made or written in ({err.strerror or err}); {fix}") from None
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """A driver's --out: required but with --dry-run (which writes nothing, so needs none), and writable."""
+    if getattr(args, "dry_run", False):
+        return
+    if args.out is None:
+        raise InvalidInput("the following arguments are required: --out")  # argparse's own line
+    check_out(args.out)
+
+
+def _check_grid(args: argparse.Namespace) -> None:
+    """--grid: the Oracle chooses among its values, so a list needs two (log: and lin: grids check their own)."""
+    grid = getattr(args, "grid", None)
+    if grid is not None and len(grid) < 2:
+        raise InvalidInput(f"argument --grid: the Oracle chooses among at least 2 max_lr values, got {len(grid)} "
+                           f"({', '.join(f'{v:g}' for v in grid)}); e.g. 0.05,0.1 or log:LO:HI:N")
+
+
 def check_inputs(args: argparse.Namespace, spec: ExperimentSpec, load: bool = True) -> None:
     # Here, not at the top: --help imports this module, and the pipeline imports torch and Ray.
     from oracle_search.pipeline import check_inputs as check
@@ -145,6 +181,7 @@ def cmd_silo_curve(args: argparse.Namespace) -> int:
 
 
 def cmd_cycle(args: argparse.Namespace) -> int:
+    check_out(args.out)
     spec = spec_from_args(args)
     if not (math.isfinite(args.max_lr) and args.max_lr > 0):
         raise SpecError("max-lr", f"must be a positive number, got {args.max_lr!r}")
@@ -205,7 +242,10 @@ def _compare_options(args: argparse.Namespace, spec: ExperimentSpec):
 def _checked(command: str, args: argparse.Namespace) -> tuple[ExperimentSpec, Any, float | None]:
     """A driver command's spec, options and --seconds-per-epoch, each checked, alone and against the others
     (`options.check_with_spec`), before anything loads: nothing here imports torch or Ray, reads the data or
-    writes a file, so bad input is refused at once (exit 2, one line)."""
+    leaves a file (--out is tried with a probe folder, removed at once), so bad input is refused at once (exit 2,
+    one line)."""
+    _check_out(args)
+    _check_grid(args)
     spec = spec_from_args(args)
     if command == "oracle":
         options = _oracle_options(args)
@@ -330,7 +370,8 @@ def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, optio
     from oracle_search.estimate import estimate
     from oracle_search.pipeline import resolve_run_precision
 
-    spec = resolve_run_precision(spec, Path(args.out), args.address)
+    # Without --out, a new run's precision: os.devnull is a folder that never holds a recorded spec.json.
+    spec = resolve_run_precision(spec, Path(args.out or os.devnull), args.address)
     found = estimate(command, spec, options, args.address, per_epoch, args.slots, standin)
     print(f"{command} --dry-run: {spec.preset}, {spec.cycles + 1} cycles of {spec.epochs} epochs")
     print("\n".join(found.lines()))
@@ -343,6 +384,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     margin = getattr(args, "compare.margin")
     if margin is not None:
         check_margin(margin)
+    if args.out is not None:
+        check_out(args.out)
     # The report's modules import pandas and scipy: after the check that needs neither.
     from analysis.files import BadResults, check_results
     from oracle_search.replicates import manifest
@@ -437,6 +480,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     refine, bracket = getattr(args, "oracle.refine"), getattr(args, "oracle.bracket")
     if refine is not None:
         at_least("refine", refine, 0)
+    check_out(args.out)
     # The replay's modules import pandas and Ray: after the checks that need neither.
     from analysis.files import BadResults, check_results
     from analysis.replay import REPLAY_COLUMNS, replay
@@ -524,7 +568,7 @@ def build_parser() -> Parser:
     add_spec_options(c, cluster=True)
     oracle_options(c)
     cost_options(c)
-    c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
+    c.add_argument("--out", help="results folder; rerunning on it resumes (required but with --dry-run)")
     c.set_defaults(run=cmd_oracle)
 
     c = sub.add_parser("fit-silo", help="fit SILO's (epsilon, delta, q, beta) with Optuna")
@@ -549,7 +593,7 @@ def build_parser() -> Parser:
     add_flags(c, "compare")  # --eval-seeds, --replicates, --margin
     fit_options(c, 8)
     cost_options(c)
-    c.add_argument("--out", required=True, help="results folder; rerunning on it resumes")
+    c.add_argument("--out", help="results folder; rerunning on it resumes (required but with --dry-run)")
     c.set_defaults(run=cmd_compare)
 
     c = sub.add_parser("report", help="write DIR/report.md and DIR/report.html from DIR's results; with --out, "

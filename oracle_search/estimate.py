@@ -50,7 +50,7 @@ from oracle_search.delta import DELTA_VALUES, ROUNDS, DeltaPlan
 from oracle_search.fusion import fusable, fuse_size
 from oracle_search.options import positive_seconds
 from oracle_search.racing import MOST_NEW_VALUES_PER_ROUND, TuningPlan
-from oracle_search.schema import BASELINES, Method, Stage
+from oracle_search.schema import BASELINES, HELD_OUT, Method, Stage
 from oracle_search.simulate import SPREAD
 from trainables.atomic import atomic_write_json
 from trainables.timestamps import duration
@@ -235,11 +235,11 @@ def baselines_phases(spec: ExperimentSpec, plan: TuningPlan, eval_seeds: int, si
     seeds, g = len(plan.seeds), len(plan.grid)
     tune, trials = len(tuned) * g * seeds, len(tuned) * -(-g // fuse) * seeds
     typical_tune = min(typical.get("baselines_tune", tune), tune)
-    finals = (len(BASELINES) + silo_variants) * eval_seeds * (spec.cycles + 1)
+    chains = len(BASELINES) + silo_variants + len(HELD_OUT)  # and the held-out references' (`held_out`)
+    finals = chains * eval_seeds * (spec.cycles + 1)
     return [Phase("baselines_tune", tune, typical_tune, spec.epochs, max(1, trials), trials,
                   math.ceil(typical_tune * trials / tune) if tune else 0, fuse),
-            Phase("finals", finals, min(typical.get("finals", finals), finals), spec.epochs,
-                  (len(BASELINES) + silo_variants) * eval_seeds)]
+            Phase("finals", finals, min(typical.get("finals", finals), finals), spec.epochs, chains * eval_seeds)]
 
 
 def candidates_per_trial(spec: ExperimentSpec, fuse: int) -> int:

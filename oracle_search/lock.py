@@ -235,8 +235,17 @@ def acquire(out: Path, command: str, say: Callable[[str], None] = _say) -> Lock:
             if reason is None:
                 raise _busy(out, owner, path)
         me = Owner.me(command)
-        out.mkdir(parents=True, exist_ok=True)
-        if _create(path, me.dump()):
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            made = _create(path, me.dump())
+        except OSError as err:  # a folder that cannot be made or written (the CLI checks first; the API here)
+            if created:
+                try:
+                    out.rmdir()
+                except OSError:
+                    pass
+            raise SpecError("out", f"{out} cannot be written: {err.strerror or err}") from None
+        if made:
             return Lock(out, me, created)
         owner = Owner.parse(_read(path))
         reason = gone(owner, path)

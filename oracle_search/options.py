@@ -125,7 +125,8 @@ class OracleOptions:
 @dataclass(frozen=True)
 class FitOptions:
     trials: int = option(8, "trials", "Optuna trials the study should hold (default %(default)s); rerun with a "
-                         "larger number to add trials")
+                         "larger number to add trials; 0 (compare only) skips the SILO fit: the comparison then has no "
+                         "silo_fit method")
     seeds: int = option(1, "fit-seeds", "how many tuning seeds each Optuna trial trains (default %(default)s; the objective "
                         "is their mean)")
     storage: str | None = option(None, "study-storage", "Optuna storage URL (PostgreSQL on clusters); default: a "

@@ -24,6 +24,11 @@ class Method(str, Enum):
     CYCLICAL = "cyclical"
     WARMUP = "warmup"
     COSINE = "cosine"
+    # The held-out references: the Oracle's choices and the two schedules that do not adapt, chosen on the tuning
+    # seeds and trained as final chains on the evaluation seeds, like every tuned method (`held_out.py`).
+    ORACLE_SCHEDULE = "oracle_schedule"  # the Oracle's b at every cycle
+    CONSTANT_DENSE = "constant_dense"  # the Oracle's cycle-0 choice kept at every cycle: not adapting
+    CONSTANT_BEST = "constant_best"  # the best single max_lr on the Oracle's chain (`compared.constant_best`)
 
 
 class Stage(str, Enum):
@@ -51,9 +56,13 @@ METHODS: dict[Method, MethodInfo] = {
     Method.CYCLICAL: MethodInfo("Cyclical LR", True, "cyclical"),
     Method.WARMUP: MethodInfo("LR warmup", True, "warmup"),
     Method.COSINE: MethodInfo("Cosine", True, "cosine"),
+    Method.ORACLE_SCHEDULE: MethodInfo("Oracle's schedule (held out)", False, "warmup"),
+    Method.CONSTANT_DENSE: MethodInfo("Not adapting (held out)", False, "warmup"),
+    Method.CONSTANT_BEST: MethodInfo("Best constant (held out)", False, "warmup"),
 }
 BASELINES = tuple(m.value for m, info in METHODS.items() if info.baseline)
 SILO_METHODS = (Method.SILO_PAPER.value, Method.SILO_FIT.value)
+HELD_OUT = (Method.ORACLE_SCHEDULE.value, Method.CONSTANT_DENSE.value, Method.CONSTANT_BEST.value)
 
 
 @dataclass
@@ -65,6 +74,10 @@ class ResultRow:
     stage: str = ""
     schedule: str = ""
     seed: int = 0
+    # what a replicate varies besides the seed (oracle_search.seeds.replicate_spec): the spec's split seed and data
+    # generation seed; tables written before they existed read as the values every run then had
+    split_seed: int = 0
+    data_seed: int = 42
     cycle: int = 0
     density: float = 100.0
     max_lr: float = float("nan")
@@ -124,6 +137,8 @@ def results_frame(rows: Iterable[dict]) -> pd.DataFrame:
     for col in FLAGS:
         frame[col] = frame[col].fillna(0).astype(bool)
     frame["fused"] = frame["fused"].fillna(1).astype(int)
+    for col in ("split_seed", "data_seed"):  # rows recorded before these columns: the values every run then had
+        frame[col] = frame[col].fillna(getattr(defaults, col)).astype(int)
     for col in ("training", "key", "checkpoint", "checkpoint_hash", "start_hash", "trial_id", "precision", "queued",
                 "started", "finished"):
         frame[col] = frame[col].astype(object).fillna("").astype(str)

@@ -2,7 +2,10 @@
 every tuned method's final runs on evaluation seeds (base + EVAL_SEED_OFFSET + 0..n−1) that no tuning row used, so
 no method is judged on the seeds it was tuned on. Replicate r (1-based) of a study is the study with base seed
 `spec.seed + SEED_STRIDE·(r − 1)`, so replicate 1 is exactly the run `--replicates 1` makes, and the replicates'
-seeds are disjoint while a run's seeds fit below the stride (`check_seed_room`, at the edge)."""
+seeds are disjoint while a run's seeds fit below the stride (`check_seed_room`, at the edge). Every source of
+variance moves with the replicate: its data split (`split_seed`) and, for a generated dataset such as MNIST-1D, its
+generation seed (`data_seed`) move by the same stride, so replicate r differs from replicate 1 in the
+initialisations and batch orders, the train/validation/test split and the generated data, and in nothing else."""
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +26,11 @@ def evaluation_seeds(spec: ExperimentSpec, n: int) -> list[int]:
 
 
 def replicate_spec(spec: ExperimentSpec, r: int) -> ExperimentSpec:
-    """Replicate r's spec (r = 1, 2, ...): the base seed moved by SEED_STRIDE per replicate."""
-    return dataclasses.replace(spec, seed=spec.seed + SEED_STRIDE * (r - 1))
+    """Replicate r's spec (r = 1, 2, ...): the base seed, the split seed and the data generation seed each moved
+    by SEED_STRIDE per replicate (replicate 1 is the spec itself)."""
+    step = SEED_STRIDE * (r - 1)
+    return dataclasses.replace(spec, seed=spec.seed + step, split_seed=spec.split_seed + step,
+                               data_seed=spec.data_seed + step)
 
 
 def check_seed_room(seeds: int, eval_seeds: int, fit_seeds: int) -> None:

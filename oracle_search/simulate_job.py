@@ -83,11 +83,15 @@ class Model:
         val = model.accuracy(math.log(peak / optimum), rng)
         seconds = self.seconds_per_epoch * spec.epochs * model.factor(rng)
         digest = hashlib.sha256(t.key.encode()).hexdigest()[:10]
+        # A simulated checkpoint is named by its training's key (`SimEngine`), so a start's hash is its key's digest:
+        # without it no chain reaches past cycle 0 (`schema.oracle_chain`), and neither the completions nor the
+        # held-out references would be simulated.
+        start = hashlib.sha256(Path(t.start_checkpoint).name.encode()).hexdigest()[:10] if t.start_checkpoint else ""
         return {"cycle": t.cycle, "seed": t.seed, "max_lr": peak, "density": 100.0 * (1 - spec.rate) ** t.cycle,
                 "val_acc": val, "test_acc": val, "best_epoch": spec.epochs, "epochs": spec.epochs,
                 "seconds": seconds, "device": "simulated", "precision": "fp32",
                 "diverged": model.diverges(peak, optimum), "grad_std": 0.0, "act_std": 0.0,
-                "grad_hist": "", "act_hist": "", "checkpoint_hash": digest, "start_hash": "", "started": "",
+                "grad_hist": "", "act_hist": "", "checkpoint_hash": digest, "start_hash": start, "started": "",
                 "finished": "", "gpu_ids": "", "node_id": "simulated"}
 
 

@@ -1,5 +1,6 @@
 """One whole study on a Runner's folder (`run_study`): the Oracle, silo_paper's δ, silo_fit's study, the baselines'
-tuning, every method's final runs on the evaluation seeds, and the completions the verdict needs, each driver on
+tuning, every method's final runs on the evaluation seeds, the completions the verdict needs, and the held-out
+references' final runs (the Oracle's schedule and both controls, `held_out`), each driver on
 its own plan (`plan.StudyPlan`). `pipeline.compare` runs R of these side by side on one engine; the dry run runs
 them on a virtual clock (`simulate_job`); `pipeline.baselines` runs the baselines with the SILO variants a folder
 holds (`silo_variants`)."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 from oracle_search import fitter
 from oracle_search.baselines import claims as baseline_claims, run_finals, tune_peaks
 from oracle_search.delta import PAPER_Q, DeltaPlan
+from oracle_search.held_out import run_held_out
 from oracle_search.oracle import dense_best_here, oracle_cycles, verdict_completions
 from oracle_search.plan import StudyPlan
 from oracle_search.schema import BASELINES, Method
@@ -104,6 +106,11 @@ def run_study(runner, plan: StudyPlan):
         verdict_completions(runner, plan.oracle)
     else:
         say("== 3/4 every method's final runs done ==")
+    runner.write_results()
+    # Last, as their choices need every Oracle cycle (and the best constant the completions): every choice is
+    # fixed on the tuning seeds before these evaluation seeds train.
+    say("== 4/4 the held-out references: the Oracle's schedule, not adapting, the best constant ==")
+    run_held_out(runner, evaluate)
     runner.write_results()
     runner.prune_checkpoints(finished=True)
     if again := sum(1 for row in runner.ledger.rows() if row.get("retrained")):

@@ -37,7 +37,8 @@ def cycle_training(spec: ExperimentSpec, key: str, cycle: int, seed: int, max_lr
     `priority`: the trainings still behind it in its line's plan (`identity.Training.priority`)."""
     return Training(key=key, spec=spec, cycle=cycle, max_lr=max_lr, seed=seed,
                     start_checkpoint=start["checkpoint"] if start else None,
-                    tags=tags | {"training": training_id(spec, cycle, seed, max_lr, start)}, priority=priority)
+                    tags=tags | {"training": training_id(spec, cycle, seed, max_lr, start),
+                                 "split_seed": spec.split_seed, "data_seed": spec.data_seed}, priority=priority)
 
 
 def oracle_training(runner: Runner, cycle: int, seed: int, lr: float, start: dict | None, stage: Stage,

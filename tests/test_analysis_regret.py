@@ -334,3 +334,53 @@ def test_completion_targets_reach_a_max_lr_beyond_where_the_walk_stopped():
     assert completion_targets(rows, grid) == {1: [0.1]} == completion_targets(rows, grid, use_bracket=False)
     far = results_frame(oracle(cycles) + final("silo_paper", {0: 0.4, 1: 0.06}))
     assert completion_targets(far, grid) == {} and completion_targets(far, grid, use_bracket=False) == {1: [0.05]}
+
+
+def tune(method: str, peaks: dict[float, list[float]]) -> list[dict]:
+    """A benchmark's cycle-0 tuning rows on tuning seeds 0, 1, 2: {peak: validation accuracy per seed}."""
+    return [{"experiment": "t", "method": method, "stage": "tune", "seed": s, "cycle": 0, "density": 100.0,
+             "max_lr": lr, "val_acc": acc, "test_acc": acc, "selected": False}
+            for lr, accs in peaks.items() for s, acc in enumerate(accs)]
+
+
+def test_the_best_benchmark_is_chosen_on_the_tuning_seeds_alone():
+    """Tuning scores (the seed-mean cycle-0 validation accuracy of each benchmark's best peak): cosine 0.2 → 85,
+    constant 0.1 → 84 (0.2 → 83), LR warmup, the Oracle's own schedule, its cycle-0 curve: 0.2 → 83. So cosine,
+    however its evaluation seeds went (here worse than constant's on every seed)."""
+    from analysis.regret import best_benchmark, tuning_scores
+    lrs = {0: 0.2, 1: 0.2, 2: 0.2}
+    rows = (oracle(CYCLES, DIVERGED) + tune("cosine", {0.1: [80, 80, 80], 0.2: [84, 85, 86]})
+            + tune("constant", {0.1: [84, 84, 84], 0.2: [83, 83, 83]})
+            + final("cosine", lrs, {s: [60.0] * 3 for s in (10, 11, 12)}) + final("constant", lrs))
+    df = results_frame([{**r, "schedule": "warmup"} if r["method"] == "oracle" else r for r in rows])
+    assert tuning_scores(df) == {"constant": 84.0, "warmup": 83.0, "cosine": 85.0}
+    assert best_benchmark(df) == "cosine"
+
+
+def test_cosine_beating_silo_on_held_out_seeds_is_what_the_verdict_says():
+    """Three replicates of a hand-made table. Per replicate r, on evaluation seeds 10-12, cosine's test accuracy
+    exceeds silo_paper's by 1 + r/2 points at cycles 1 and 2 (cycle 0 equal): silo_paper − cosine = −(2 + r) per
+    seed, so the replicates' advantages are −3, −4, −5: mean −4, sd 1, CI −4 ± t(0.975, 2)/√3 = [−6.484, −1.516],
+    wholly below −margin (−1): worse, and worse than the margin. Against the Oracle's schedule (the same accuracy
+    as silo_paper's) the advantage is 0 with zero spread: equivalent. The best benchmark is cosine (its tuning
+    score is the highest), so that row says worse too."""
+    from analysis.replicates import aggregate, comparisons
+    lrs = {0: 0.2, 1: 0.2, 2: 0.2}
+    silo = {s: [80.0, 78.0, 75.0] for s in (10, 11, 12)}
+    per = {}
+    for r in (1, 2, 3):
+        cos = {s: [80.0, 78.0 + 1 + r / 2, 75.0 + 1 + r / 2] for s in (10, 11, 12)}
+        rows = (oracle(CYCLES, DIVERGED) + tune("cosine", {0.2: [90, 90, 90]}) + tune("constant", {0.2: [80] * 3})
+                + final("silo_paper", lrs, silo) + final("oracle_schedule", lrs, silo) + final("cosine", lrs, cos)
+                + final("constant", lrs))
+        per[r] = comparisons(analyse(results_frame(rows)))
+    verdict, _ = aggregate(per, 0.5)
+    by = verdict.set_index(["schedule", "versus"])
+    row = by.loc[("silo_paper", "cosine")]
+    assert row.advantage == pytest.approx(-4) and row.verdict == "worse" and row.replicates == 3
+    assert (row.ci_lo, row.ci_hi) == pytest.approx((-4 - T2 / math.sqrt(3), -4 + T2 / math.sqrt(3)))
+    assert by.loc[("silo_paper", "best_benchmark"), "verdict"] == "worse"
+    assert by.loc[("silo_paper", "oracle_schedule"), "verdict"] == "equivalent"
+    # the regret on the Oracle's chain is not part of the family
+    assert not set(verdict["versus"]) & {"oracle"}
+    assert set(verdict["versus"]) == {"oracle_schedule", "constant", "cosine", "best_benchmark"}

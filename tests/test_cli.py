@@ -282,6 +282,8 @@ REFUSED_AT_ONCE = {  # id: (argv without --out, text the one line must name)
     "compare-replicates": (["compare", "--replicates", "0"], "replicates"),
     "compare-target-cycle": (["compare", "--target-cycle", "99"], "target-cycle"),
     "compare-lin-grid": (["compare", "--grid", "lin:0.1:0.05:0.01"], "--grid"),
+    "compare-one-value-grid": (["compare", "--preset", "tiny", "--grid", "0.1"], "--grid"),
+    "oracle-one-value-grid": (["oracle", "--preset", "tiny", "--grid", "0.1"], "--grid"),
     "compare-epsilon-range": (["compare", "--epsilon-range", "0.2:0.1"], "epsilon-range"),
     "compare-dry-run-slots": (["compare", "--dry-run", "--slots", "0"], "slots"),
     "fit-silo-no-trial": (["fit-silo", "--trials", "0"], "trials"),
@@ -299,18 +301,81 @@ def test_bad_values_are_refused_before_torch_or_ray_load(tmp_path, argv, name):
     line naming the option, none of torch, Ray, Optuna or scipy imported, and nothing written (the working folder
     and --out stay empty)."""
     argv = [str(tmp_path / "run") if a == "RUN" else a for a in argv]
-    out = tmp_path / "out"
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
-                                                      os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "oracle_search.cli", *argv, "--out", str(out)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    lines = done.stderr.splitlines()
-    said = [line for line in lines if not line.startswith("import time:")]
-    imported = {line.split("|")[-1].strip().split(".")[0] for line in lines if line.startswith("import time:")}
+    done, said, imported = cli_with_importtime(tmp_path, *argv, "--out", str(tmp_path / "out"))
     assert done.returncode == 2, done.stderr[-2000:]
     assert len(said) == 1 and said[0].startswith("oracle-search: error: ") and name in said[0], said
     assert not imported & HEAVY, sorted(imported & HEAVY)
     assert done.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def cli_with_importtime(cwd: Path, *argv: str) -> tuple[subprocess.CompletedProcess, list[str], set[str]]:
+    """The command line in a process of its own under `python -X importtime`: the finished process, the lines it
+    said on stderr (the import lines left out) and the top-level modules it imported."""
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
+                                                      os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "oracle_search.cli", *argv],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    lines = done.stderr.splitlines()
+    said = [line for line in lines if not line.startswith("import time:")]
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in lines if line.startswith("import time:")}
+    return done, said, imported
+
+
+BAD_OUT = {  # id: --out, relative to the working folder, which holds one file, `afile`
+    "under-proc": "/proc/oracle-search-out",  # /proc takes no new folder, not even root's
+    "a-file": "afile",
+    "under-a-file": "afile/run",
+}
+
+
+@pytest.mark.parametrize("command", ["compare", "oracle", "fit-silo", "baselines"])
+@pytest.mark.parametrize("out", BAD_OUT.values(), ids=BAD_OUT.keys())
+def test_an_out_that_cannot_be_a_folder_is_refused_before_torch_or_ray_load(tmp_path, command, out):
+    """Issue 62: `--out /proc/x` was a 35-line traceback after 16 s, `--out afile` one line after 15 s (both once
+    torch and Ray had loaded). Now: exit 2, one line naming --out, nothing heavy imported, nothing made."""
+    if out.startswith("/proc") and not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
+    (tmp_path / "afile").write_text("a file\n")
+    done, said, imported = cli_with_importtime(tmp_path, command, "--preset", "tiny", "--out", out)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert len(said) == 1 and said[0].startswith("oracle-search: error: out: ") and "--out" in said[0], said
+    assert not imported & HEAVY, sorted(imported & HEAVY)
+    assert done.stdout == "" and [p.name for p in tmp_path.iterdir()] == ["afile"]
+    assert (tmp_path / "afile").read_text() == "a file\n" and not Path("/proc/oracle-search-out").exists()
+
+
+def test_the_lock_refuses_an_out_it_cannot_make_in_one_line():
+    """The Python API's drivers take the lock without the command line's check: a SpecError naming out, not a
+    FileNotFoundError."""
+    from oracle_search.lock import acquire
+    from trainables.spec import SpecError
+
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
+    with pytest.raises(SpecError, match="cannot be written") as found:
+        acquire(Path("/proc/oracle-search-out"), "compare")
+    assert found.value.field == "out"
+
+
+@pytest.mark.parametrize("command", ["compare", "oracle"])
+def test_a_dry_run_needs_no_out_and_writes_nothing(tmp_path, capsys, monkeypatch, command):
+    """Issue 62: the README's `compare --dry-run` failed with `the following arguments are required: --out`. A dry
+    run writes nothing, so it needs no --out: it prints the plan and the estimate, and the folder stays empty."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, command, "--preset", "tiny", "--precision", "fp32", "--seconds-per-epoch", "0.01",
+                         "--dry-run")
+    assert code == 0, err
+    assert out.startswith(f"{command} --dry-run: tiny, ") and "seconds per epoch: 0.01 (given)" in out
+    assert "\nestimate: " in out and "\ntotal " in out
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["compare", "oracle", "fit-silo", "baselines"])
+def test_a_run_still_needs_out(tmp_path, capsys, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, command, "--preset", "tiny")
+    assert code == 2 and out == "" and list(tmp_path.iterdir()) == []
+    assert err == "oracle-search: error: the following arguments are required: --out\n"
 
 
 HELP_HEAVY = HEAVY | {"pandas", "matplotlib", "torchvision"}

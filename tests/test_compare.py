@@ -114,3 +114,38 @@ def test_chain_retention_resumes_after_sigkill_at_every_phase_boundary(tiny_comp
              and not any(o.get("training", "").endswith(f"-from{r['checkpoint_hash']}") for o in rows)}
     assert kept == chain | heads and all(Path(p).is_dir() for p in kept)
     assert len({r["checkpoint"] for r in rows}) > 3 * len(kept)  # most of them went
+
+
+def test_the_held_out_references_follow_the_tuning_seeds_choices_and_train_after_them(tiny_compare):
+    """Issue 59: the Oracle's schedule and both controls run as final chains on the evaluation seeds. Each uses
+    exactly the max_lr chosen on the tuning seeds at every cycle (b per cycle; b at cycle 0 kept; the best constant
+    on the Oracle's chain), those choices come out the same from the table with every evaluation-seed row removed
+    (no evaluation seed is read to make them), and every evaluation-seed training a held-out chain ran started
+    after the last tuning-seed row of the Oracle (completions included) had finished."""
+    from analysis.regret import best_benchmark
+    from oracle_search.compared import constant_best, oracle_curves
+    from oracle_search.held_out import schedules_of
+    from oracle_search.schema import results_frame
+
+    rows = pd.read_parquet(tiny_compare.out / "results.parquet")
+    df = results_frame(rows.to_dict("records"))
+    evaluation = {1000, 1001}
+    tuning_only = results_frame(rows[~rows["seed"].isin(evaluation)].to_dict("records"))
+    assert schedules_of(tuning_only) == schedules_of(df)
+    assert best_benchmark(tuning_only) == best_benchmark(df) is not None
+
+    oracle = df[(df["method"] == "oracle") & df["current"] & df["selected"]]
+    b = {int(c): set(g["max_lr"].round(6)) for c, g in oracle.groupby("cycle")}
+    assert all(len(v) == 1 for v in b.values()), b  # every tuning seed chained the same b
+    b = {c: v.pop() for c, v in b.items()}
+    best = round(constant_best(oracle_curves(tuning_only)), 6)
+    want = {"oracle_schedule": b, "constant_dense": {c: b[0] for c in b}, "constant_best": {c: best for c in b}}
+    for method, lrs in want.items():
+        final = df[(df["method"] == method) & (df["stage"] == "final") & df["selected"]]
+        assert set(final["seed"]) == evaluation, method
+        for seed, chain in final.groupby("seed"):
+            trained = dict(zip(chain["cycle"].astype(int), chain["max_lr"].round(6)))
+            assert trained == lrs, (method, seed, trained, lrs)
+    tuned_end = df.loc[df["method"] == "oracle", "finished"].max()
+    held = df[df["method"].isin(want) & ~df["reused"]]
+    assert len(held) and (held["started"] > tuned_end).all(), (tuned_end, held["started"].min())

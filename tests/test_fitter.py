@@ -197,7 +197,7 @@ def test_ranges_that_exclude_the_papers_start_skip_it_and_all_diverged_fails_wit
 @pytest.mark.slow
 def test_compare_whose_fit_all_diverged_exits_1_after_writing_the_report(tmp_path, capsys):
     out = tmp_path / "cmp"
-    code = main(["compare", *TINY_FAST, "--grid", "0.1", "--refine", "0", "--trials", "1", "--replicates", "1",
+    code = main(["compare", *TINY_FAST, "--grid", "0.1,0.2", "--refine", "0", "--trials", "1", "--replicates", "1",
                  "--epsilon-range", "500:1000", "--out", str(out)])
     captured = capsys.readouterr()
     assert code == 1

@@ -133,12 +133,12 @@ def cache_dir(spec: "ExperimentSpec") -> Path:
 def mnist1d(spec: "ExperimentSpec") -> TensorData:
     """MNIST-1D (Greydanus 2020) from the package's own generator, never its download path; cached on disk."""
     n = spec.num_samples or 10_000
-    path = cache_dir(spec) / f"mnist1d-{n}-seed42.npz"
+    path = cache_dir(spec) / f"mnist1d-{n}-seed{spec.data_seed}.npz"
     if not path.exists():
         from mnist1d.data import get_dataset_args, make_dataset
 
         args = get_dataset_args()
-        args.num_samples, args.train_split, args.seed = n, 1.0, 42
+        args.num_samples, args.train_split, args.seed = n, 1.0, spec.data_seed
         state = np.random.get_state()  # the generator reseeds numpy's global state; keep the caller's
         made = make_dataset(args)
         np.random.set_state(state)
@@ -164,7 +164,7 @@ def digits(spec: "ExperimentSpec") -> TensorData:
 
 def synthetic(spec: "ExperimentSpec") -> TensorData:
     """Ten Gaussian clusters in 32 dimensions: a tiny, learnable dataset for tests."""
-    rng = np.random.default_rng(1234)
+    rng = np.random.default_rng(1234 + spec.data_seed - 42)  # the default data_seed (42) draws what 1234 always drew
     n = spec.num_samples or 1200
     centers = rng.normal(0, 1.0, (10, 32))
     y = rng.integers(0, 10, n)

@@ -184,7 +184,7 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn
     return resolve("model", name)(input_shape, num_classes)
 
 
-DATA_FIELDS = ("dataset", "data_dir", "num_samples", "val_fraction", "test_fraction", "split_seed")
+DATA_FIELDS = ("dataset", "data_dir", "num_samples", "val_fraction", "test_fraction", "split_seed", "data_seed")
 _loaded: dict[tuple, Data] = {}
 LOADED_MAX = 4
 

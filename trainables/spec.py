@@ -31,7 +31,7 @@ NOT_SCIENCE = ("preset", "resources", "device", "data_dir")
 
 # Science fields added after runs were recorded, with the value every earlier run had: at that value a field is
 # left out of the science, so earlier runs' fingerprints, study names and resumes stay as they were.
-LATER_FIELDS = {"loss": "cross_entropy"}
+LATER_FIELDS = {"loss": "cross_entropy", "data_seed": 42}
 # The import-path fields a chained checkpoint must agree on (the network, the data, the pruning; not the loss,
 # which the training fingerprint holds).
 CHAIN_KINDS = ("model", "dataset", "pruner")
@@ -122,6 +122,8 @@ class ExperimentSpec:
     # 0: the dataset's own size (MNIST-1D: how many to generate)
     num_samples: int = flag(0, "num-samples", "dataset size (MNIST-1D: samples generated; others: training pool)")
     split_seed: int = 0  # fixes the train/val/test split for every trial
+    # the generation seed of a generated dataset (MNIST-1D, synthetic); a loader that generates nothing ignores it
+    data_seed: int = 42
     # The base seed: the first tuning seed (--tuning-seeds S uses seed .. seed+S-1), replicate r's + 10000 (r - 1).
     seed: int = flag(0, "base-seed", "the base seed: the first tuning seed (the evaluation seeds follow the tuning "
                      "seeds; replicate r's base seed is this + 10000 (r - 1)); `cycle`: the seed of its training",
@@ -164,8 +166,10 @@ class ExperimentSpec:
         """What a chained checkpoint must agree on: the network, the data and the pruning (for an import path,
         also its module file's hash)."""
         keys = ("model", "dataset", "pruner", "rate", "prune_output", "weights", "rewind_epoch", "val_fraction",
-                "test_fraction", "num_samples", "split_seed")
-        blob = json.dumps({k: getattr(self, k) for k in keys} | self._source_hashes(CHAIN_KINDS), sort_keys=True)
+                "test_fraction", "num_samples", "split_seed", "data_seed")
+        # a later field at its earlier value stays out, so checkpoints made before it still chain
+        fields = {k: getattr(self, k) for k in keys if LATER_FIELDS.get(k, object()) != getattr(self, k)}
+        blob = json.dumps(fields | self._source_hashes(CHAIN_KINDS), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def science(self) -> dict[str, Any]:
