@@ -1,7 +1,11 @@
 """The report over replicates of a whole study: `compare --replicates R` writes it in DIR, `report RUN ... --out
-DIR` writes it for finished runs of one spec. The first screen is the verdict over replicates; under it, each
-replicate's own labels side by side, why replicates that disagree beyond their own intervals did (the upstream
-choice that differed), the choices themselves, and which replicate and phase held each slot over time."""
+DIR` writes it for finished runs of one spec. The first screen is the verdict over replicates (the family: each
+SILO variant end to end on the evaluation seeds against the held-out Oracle's schedule and controls, every
+benchmark and the best benchmark), the line saying which labels hold across the family, the §5.3 table with the
+controls beside SILO, the accuracy and the cost per method; under it, each replicate's own labels side by side, why
+replicates that disagree beyond their own intervals did (the upstream choice that differed), the choices
+themselves, the §5.3 diagnostic on each replicate's Oracle chain (in-sample, not part of the verdict), and which
+replicate and phase held each slot over time."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,27 +13,35 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from analysis import figures, paper_table, premises, render
 from analysis.files import read_spec
 from analysis.intervals import oracle_intervals
 from analysis.regret import Regret, analyse
-from analysis.replicates import aggregate, comparisons
+from analysis.replicates import HELD, aggregate, comparisons
 from analysis.over_replicates import Intervals, max_lr_plot, section_table
 from analysis.report import (DEFAULT_DIM, INPUT_DIMS, THEORY, Plot, Section, estimate_note, html_page,
                              markdown_page, write_report)
 from analysis.select import label, silo_params
 from analysis.slots import slot_lanes
 from analysis.tables import VERDICT_MARKS, Table
-from analysis.verdict_sentences import ci_text, fmt_lr
+from analysis.variance import variance_sentence
+from analysis.verdict_sentences import DIAGNOSTIC, VERSUS, ci_text, fmt_lr
+from oracle_search.options import OracleOptions, recorded_oracle
 from oracle_search.statistics import REPLICATE_BUDGET
-from oracle_search.schema import read_results, results_frame
+from oracle_search.schema import BASELINES, HELD_OUT, Method, Stage, read_results, results_frame
 from trainables.atomic import atomic_write_bytes
 from trainables.spec import ExperimentSpec, SpecError
 
-VERSUS_NAMES = {"oracle": "vs the Oracle", "constant_dense": "vs not adapting (constant_dense)",
-                "constant_best": "vs the best constant (optimistic)", "warmup": "vs LR warmup, end to end"}
+# The family of the verdict over replicates: each SILO variant end to end on the evaluation seeds against these
+# (`verdict_sentences.VERSUS`: the held-out Oracle's schedule and controls, each benchmark, the best benchmark).
+VERSUS_NAMES = {k: f"vs {v}" for k, v in VERSUS.items()}
+# The §5.3 diagnostic on the Oracle's chain (each replicate's tables/verdict.csv), never in the family.
+DIAGNOSTIC_NAMES = {"oracle": "vs the Oracle (leave-one-out)",
+                    "constant_dense": "vs not adapting, on the Oracle's chain",
+                    "constant_best": "vs the best constant, on the Oracle's chain (optimistic)"}
 
 
 # --- the edge: which runs may be replicates of one study ----------------------------------------------------------
@@ -42,8 +54,9 @@ def _spec_of(run: Path) -> ExperimentSpec:
 
 
 def _study(spec: ExperimentSpec) -> dict:
-    """What makes two runs replicates of one study: the science of their specs but the base seed."""
-    return dataclasses.replace(spec, seed=0).science()
+    """What makes two runs replicates of one study: the science of their specs but what a replicate varies (the base
+    seed, the split seed and the data generation seed, `oracle_search.seeds.replicate_spec`)."""
+    return dataclasses.replace(spec, seed=0, split_seed=0, data_seed=42).science()
 
 
 def _seeds(run: Path) -> set[int]:
@@ -51,7 +64,7 @@ def _seeds(run: Path) -> set[int]:
 
 
 def check_replicates(runs: list[Path], out: Path | None) -> None:
-    """SpecError (exit 2, one line, nothing written) unless the runs are of one spec but for the base seed and no
+    """SpecError (exit 2, one line, nothing written) unless the runs are of one spec but for their seeds (`_study`) and no
     seed is in two of them, and `out` (where given) is none of them."""
     resolved = [Path(r).resolve() for r in runs]
     if out is not None and Path(out).resolve() in resolved:
@@ -157,7 +170,7 @@ def disagreements(reps: list[Replicate], per: pd.DataFrame) -> list[str]:
                "; no upstream choice differed: the finals' noise is larger than their intervals say")
         others = len(pairs) - 1
         more = (f" ({others} other pair{'s' * (others > 1)} of replicates disjoint too)" if others else "")
-        lines.append(f"{label(schedule)} {VERSUS_NAMES[versus]}: {a.name} and {b.name} disagree beyond their own "
+        lines.append(f"{label(schedule)} {_versus(versus)}: {a.name} and {b.name} disagree beyond their own "
                      f"intervals ({high['advantage']:+.2f} {ci_text(high['ci_lo'], high['ci_hi'])} vs "
                      f"{low['advantage']:+.2f} {ci_text(low['ci_lo'], low['ci_hi'])}){more}{why}.")
     return lines
@@ -165,13 +178,48 @@ def disagreements(reps: list[Replicate], per: pd.DataFrame) -> list[str]:
 
 # --- tables ---------------------------------------------------------------------------------------------------
 
-def _cell(verdict: str, advantage: float, lo: float, hi: float) -> str:
-    """The label, the advantage and its interval; an equivalence whose interval also excludes 0 says so (both
-    hold, and the label shows only one)."""
+def _versus(key: str) -> str:
+    """A comparison's column or row name: the family's (`VERSUS_NAMES`), the diagnostic's, or the method's label."""
+    return VERSUS_NAMES.get(key) or DIAGNOSTIC_NAMES.get(key) or f"vs {label(key)}"
+
+
+def _held(holm: object) -> bool | None:
+    """Whether Holm keeps the label: True, False, or None where the row has no Holm answer (NA)."""
+    return None if holm is None or pd.isna(holm) else holm == "yes"
+
+
+def _words(verdict: str, lo: float, hi: float, margin: float | None = None, holm: object = None) -> tuple[str, str]:
+    """(the label in words, what follows the numbers), from `statistics.label`'s verdict, the interval, the margin
+    and Holm's answer; the one label rule stays `statistics.label`, this only says it:
+    - better / worse whose interval lies wholly beyond the margin (lo > +margin, hi < −margin): "better by more than
+      the margin"; one that only excludes 0: "better", followed by ", not shown beyond the margin";
+    - "(uncorrected)" after a label Holm does not keep (`holm` "no"); plain where it does, or where there is no
+      correction to speak of (`holm` None: each replicate's own labels);
+    - an equivalence whose interval also excludes 0 is followed by ", also above 0" or ", also below 0" (both hold,
+      and the label shows only one)."""
+    word, after = verdict, ""
+    known = margin is not None and not pd.isna(margin)
+    if verdict == "better":
+        word, after = (("better by more than the margin", "") if known and lo > margin else
+                       ("better", ", not shown beyond the margin" if known else ""))
+    elif verdict == "worse":
+        word, after = (("worse by more than the margin", "") if known and hi < -margin else
+                       ("worse", ", not shown beyond the margin" if known else ""))
+    elif verdict == "equivalent":
+        after = ", also above 0" if lo > 0 else ", also below 0" if hi < 0 else ""
+    if verdict in HELD and _held(holm) is False:
+        word += " (uncorrected)"
+    return word, after
+
+
+def _cell(verdict: str, advantage: float, lo: float, hi: float, margin: float | None = None,
+          holm: object = None) -> str:
+    """The mark and the label in words (`_words`), the advantage and its interval."""
+    mark = VERDICT_MARKS[verdict].split(" ")[0]
     if verdict == "undefined":
         return VERDICT_MARKS["undefined"] + ("" if pd.isna(advantage) else f" {advantage:+.2f}")
-    also = (", also above 0" if lo > 0 else ", also below 0" if hi < 0 else "") if verdict == "equivalent" else ""
-    return f"{VERDICT_MARKS[verdict]} {advantage:+.2f} {ci_text(lo, hi)}{also}"
+    word, after = _words(verdict, lo, hi, margin, holm)
+    return f"{mark} {word} {advantage:+.2f} {ci_text(lo, hi)}{after}"
 
 
 def _count(replicates: int, n: int) -> str:
@@ -182,49 +230,111 @@ def _count(replicates: int, n: int) -> str:
 
 
 def answer_table(verdict: pd.DataFrame, n: int) -> Table:
-    """The first screen: rows the SILO variants, columns what they are compared with; each cell the label over
-    replicates, the mean advantage and its 95 % interval over replicates, and whether Holm keeps the label."""
-    rows = []
-    for schedule, group in verdict.groupby("schedule", sort=False):
-        row = {"SILO": label(schedule)}
-        for _, c in group.iterrows():
-            cell = _cell(c["verdict"], c["advantage"], c["ci_lo"], c["ci_hi"]) + _count(int(c["replicates"]), n)
-            if not pd.isna(c["holm"]) and c["holm"] == "no":
-                cell += " (not under Holm)"
-            row[VERSUS_NAMES.get(c["versus"], c["versus"])] = cell
-        rows.append(row)
+    """The first screen: one row per comparison of the family (what SILO is compared with), one column per SILO
+    variant; each cell the label over replicates in words (`_words`: "(uncorrected)" where Holm does not keep it,
+    "by more than the margin" where the interval lies wholly beyond it), the mean advantage and its 95 % interval
+    over replicates."""
+    rows: dict[str, dict] = {}
+    for _, c in verdict.iterrows():
+        row = rows.setdefault(c["versus"], {"compared with": _versus(c["versus"])[3:]})
+        row[label(c["schedule"])] = (_cell(c["verdict"], c["advantage"], c["ci_lo"], c["ci_hi"], c["margin"],
+                                           c["holm"]) + _count(int(c["replicates"]), n))
+    cells = pd.DataFrame(list(rows.values())).fillna("–") if rows else pd.DataFrame()
     margins = ", ".join(sorted({f"±{m:g}" for m in verdict["margin"].dropna()}))
     line = (f"Over n = {n} replicates of the whole study (each its own Oracle chain, δ, silo_fit study, baseline "
-            "tuning and finals, on seeds of its own): the mean of the replicates' advantages in points (validation "
-            "accuracy on each replicate's Oracle chain summed over cycles 1–L; LR warmup: test accuracy of the "
-            f"final chains) and its 95 % t interval on n − 1 = {n - 1} df"
+            "tuning, held-out references and finals, on seeds of its own): SILO minus the method of the row, the "
+            "held-out test accuracy of both methods' final chains on the replicate's evaluation seeds, summed over "
+            "cycles 1–L and paired per seed; the mean of the replicates' advantages in points and its 95 % t "
+            f"interval on n − 1 = {n - 1} df"
             + ("" if (verdict["replicates"] >= n).all() else
                " (a comparison some replicate left undefined is over the others: its count and df are in its cell)")
             + f". = equivalent: the interval lies inside the margin ({margins}: 0.5 points per compared cycle; the "
             "95 % interval, stricter than the usual equivalence test at 0.05, which uses the 90 % one); "
-            "▲ better / ▼ worse: it excludes 0; "
-            "? inconclusive: neither. \"not under Holm\": the label does not survive Holm's correction across the "
-            f"table's {len(verdict)} comparisons.")
+            "▲ better / ▼ worse: it excludes 0, \"by more than the margin\" where it lies wholly beyond it, \"not "
+            "shown beyond the margin\" where it only excludes 0; ? inconclusive: neither. \"(uncorrected)\": the "
+            f"label does not survive Holm's correction across the family's {len(verdict)} comparisons; a label "
+            "without it does.")
     if n < 2:
         line = (f"One replicate: no interval over replicates, so every label over replicates is undefined; its own "
                 "labels, conditional on its choices, are below.")
-    return Table("replicate_answer", "The answer over replicates", pd.DataFrame(rows), verdict, line)
+    return Table("replicate_answer", "The answer over replicates", cells, verdict, line)
 
 
-def replicates_table(per: pd.DataFrame, names: list[str]) -> Table:
-    """Each replicate's own labels (over its seeds, conditional on its choices), side by side."""
+def family_line(verdict: pd.DataFrame) -> str:
+    """The first line under the answer: in words, which labels hold across the family at 5 % (Holm decides;
+    Bonferroni beside it). "none" is an answer."""
+    m = len(verdict)
+    if m == 0:
+        return "No comparison over replicates: no family."
+    if (verdict["replicates"] < 2).all():
+        return f"Across the family of {m} comparisons at 5 %, no label can hold: no comparison has an interval."
+    labelled = verdict[verdict["verdict"].isin(HELD)]
+    kept = labelled[labelled["holm"] == "yes"]
+    both = int((labelled["bonferroni"] == "yes").sum())
+    head = f"Across the family of {m} comparisons at 5 % (Holm)"
+    if kept.empty:
+        said = f"{head}, none of the labels holds"
+    else:
+        said = (f"{head}, {len(kept)} hold{'s' * (len(kept) == 1)}: " + "; ".join(
+            f"{label(r['schedule'])} {_claim(r)}" for _, r in kept.iterrows()))
+    count = "none" if both == 0 else str(both)
+    return f"{said} (Bonferroni keeps {count})."
+
+
+def _claim(r: pd.Series) -> str:
+    """A label that holds, as a claim: "worse than Cosine", "better than LR warmup by more than the margin",
+    "equivalent to the best constant"."""
+    word, _ = _words(r["verdict"], r["ci_lo"], r["ci_hi"], r["margin"])
+    name = _versus(r["versus"])[3:]
+    if r["verdict"] == "equivalent":
+        return f"equivalent to {name} within ±{r['margin']:g}"
+    base, _, beyond = word.partition(" by ")
+    return f"{base} than {name}" + (f" by {beyond}" if beyond else "")
+
+
+def replicates_table(per: pd.DataFrame, names: list[str], margin: float | None = None) -> Table:
+    """Each replicate's own labels (over its seeds, conditional on its choices), side by side; `margin` (the
+    comparisons' summed margin) tells an interval beyond it from one that only excludes 0."""
     rows = []
     for (schedule, versus), group in per.groupby(["schedule", "versus"], sort=False):
-        row = {"comparison": f"{label(schedule)} {VERSUS_NAMES.get(versus, versus)}"}
+        row = {"comparison": f"{label(schedule)} {_versus(versus)}"}
         cells = group.set_index("replicate")
         for name in names:
             c = cells.loc[name] if name in cells.index else None
-            row[name] = "–" if c is None else _cell(c["verdict"], c["advantage"], c["ci_lo"], c["ci_hi"])
+            row[name] = "–" if c is None else _cell(c["verdict"], c["advantage"], c["ci_lo"], c["ci_hi"], margin)
         rows.append(row)
     return Table("replicates", "Each replicate's labels (over its own seeds)", pd.DataFrame(rows), per,
                  "Each replicate's interval is over its own tuning (or evaluation) seeds and holds its choices fixed: "
                  "where two replicates' intervals are disjoint, that suggests the choices, not the seeds, decided the "
                  "label.")
+
+
+def diagnostic_table(reps: list[Replicate]) -> Table | None:
+    """The §5.3 diagnostic, per replicate: each SILO variant's max_lr on the replicate's own Oracle chain against the
+    leave-one-out Oracle and both controls (its tables/verdict.csv), over its tuning seeds; not part of the verdict."""
+    frames = [r.regret.verdict.assign(replicate=r.name) for r in reps
+              if r.regret is not None and not r.regret.verdict.empty]
+    if not frames:
+        return None
+    data = pd.concat(frames, ignore_index=True)
+    rows = []
+    for (schedule, versus), group in data.groupby(["schedule", "versus"], sort=False):
+        row = {"comparison": f"{label(schedule)} {DIAGNOSTIC_NAMES.get(versus, _versus(versus))}"}
+        cells = group.set_index("replicate")
+        for r in reps:
+            c = cells.loc[r.name] if r.name in cells.index else None
+            row[r.name] = ("–" if c is None else
+                           _cell(c["verdict"], c["advantage"], c["ci_lo"], c["ci_hi"], c["margin"]))
+        rows.append(row)
+    return Table("diagnostic", "The §5.3 diagnostic: SILO's max_lr on each replicate's Oracle chain",
+                 pd.DataFrame(rows), data,
+                 f"The §5.3 diagnostic, {DIAGNOSTIC}. Per replicate, validation accuracy on its own Oracle chain at "
+                 "each schedule's max_lr (linear in ln max_lr between values every tuning seed trained), SILO minus "
+                 "the other, summed over cycles 1–L, with its 95 % interval over the replicate's tuning seeds: "
+                 "against a leave-one-out Oracle, not adapting (the dense choice kept) and the best constant (chosen "
+                 "on the same chain, so optimistic). The seeds that chose δ, silo_fit's study and both controls score "
+                 "them here; the verdict above reads every method's own final chains on evaluation seeds that chose "
+                 "nothing.")
 
 
 def choices_table(reps: list[Replicate]) -> Table:
@@ -257,23 +367,34 @@ SCIENCE = ("What a replicate is: one whole study (the Oracle's chain, silo_paper
 
 def multiplicity(verdict: pd.DataFrame) -> str:
     """The one sentence on Holm: each row's hypothesis was chosen by its own label, which Holm's theorem does not
-    cover, and what Bonferroni, which does (`analysis.replicates`), keeps."""
-    held = verdict[verdict["holm"].notna()]
+    cover, so Bonferroni, which does (`analysis.replicates`), is computed beside it; how many of the labels each
+    keeps, and where they differ."""
     m = int(verdict["p_value"].notna().sum())
-    if held.empty:
+    if m == 0:
         return ""
-    differ = held[held["holm"] != held["bonferroni"]]
-    where = ("keeps the same labels" if differ.empty else "differs on " + "; ".join(
-        f"{label(r['schedule'])} {VERSUS_NAMES.get(r['versus'], r['versus'])} (Holm {r['holm']}, Bonferroni "
-        f"{r['bonferroni']})" for _, r in differ.iterrows()))
-    return (f"Holm's correction is across the table's {m} comparisons with a p-value, and each row's hypothesis (a "
+    labelled = verdict[verdict["verdict"].isin(HELD)]
+    head = (f"Holm's correction is across the family's {m} comparisons with a p-value, and each row's hypothesis (a "
             "difference for better or worse, equivalence for equivalent) was chosen by its own label, which Holm's "
-            "theorem, made for hypotheses fixed in advance, does not cover; Bonferroni at 0.05/"
-            f"{m} per row, which holds however each row's hypothesis was chosen, {where}.")
+            "theorem, made for hypotheses fixed in advance, does not cover; so Bonferroni at 0.05/"
+            f"{m} per row, which holds however each row's hypothesis was chosen, is computed beside it. ")
+    if labelled.empty:
+        return head + ("No comparison is labelled better, worse or equivalent, so neither correction has a label to "
+                       "keep.")
+    holm, bonferroni = (int((labelled[c] == "yes").sum()) for c in ("holm", "bonferroni"))
+    differ = labelled[labelled["holm"] != labelled["bonferroni"]]
+
+    def kept(k: int) -> str:
+        return "none" if k == 0 else "all" if k == len(labelled) else str(k)
+
+    where = ("; they differ on " + "; ".join(
+        f"{_comparison(r)} (Holm {r['holm']}, Bonferroni {r['bonferroni']})" for _, r in differ.iterrows())
+             if not differ.empty else ", the same ones" if holm else "")
+    return (head + f"Of the {len(labelled)} label{'s' * (len(labelled) != 1)} (better, worse or equivalent), Holm "
+            f"keeps {kept(holm)} and Bonferroni keeps {kept(bonferroni)}{where}.")
 
 
 def _comparison(r: pd.Series) -> str:
-    return f"{label(r['schedule'])} {VERSUS_NAMES.get(r['versus'], r['versus'])}"
+    return f"{label(r['schedule'])} {_versus(r['versus'])}"
 
 
 def _plan_text(hypothesis: str, n: object, power: float) -> str:
@@ -326,8 +447,9 @@ def needed_line(verdict: pd.DataFrame) -> str:
 # --- the paper's figure and tables over the replicates; the links --------------------------------------------
 
 def _paper_sections(reps: list[Replicate], spec: dict | None, links: Section) -> list[Section]:
-    """The paper's max_lr figure and §5.3 table over the replicates, the accuracy over them, the `links` to each
-    replicate's report, and where the runs contradict the paper's premises (that section only where one does)."""
+    """The paper's max_lr figure and §5.3 table over the replicates (with the controls' counts), the accuracy over
+    them, the cost per method (`cost_table`), the `links` to each replicate's report, and where the runs contradict
+    the paper's premises, "adapting has nothing to find" among them (that section only where one does)."""
     sets = [Intervals.read(r.name, r.rows, spec) for r in reps]
     dataset = (spec or {}).get("dataset")
     theory = {**THEORY, "d": INPUT_DIMS.get(dataset, DEFAULT_DIM)}
@@ -348,10 +470,106 @@ def _paper_sections(reps: list[Replicate], spec: dict | None, links: Section) ->
     if not accuracy.empty:
         table = paper_table.interval_table(accuracy)
         sections.append(Section(table.title, tables=[table]))
+    if (cost := cost_table(reps, spec)) is not None:
+        sections.append(Section(cost.title, tables=[cost]))
     sections.append(links)
-    if contradicted := premises.over_replicates({r.name: premises.findings(r.rows) for r in reps}):
+    grid = (spec or {}).get("grid")
+    contradicted = premises.over_replicates({r.name: premises.findings(r.rows, grid) for r in reps})
+    if (nothing := premises.nothing_to_find({r.name: r.rows for r in reps}, reps[0].regret.margin_per_cycle)):
+        contradicted.append(nothing)
+    if contradicted:
         sections.append(Section("Where the runs contradict the paper's premises", notes_after=contradicted))
     return sections
+
+
+# --- what each method cost, over the replicates --------------------------------------------------------------------
+
+def _cost_lines() -> list[tuple[str, str, tuple[str, ...]]]:
+    """(line, method, stages) of the cost table: the Oracle as run; each SILO variant's own search and its final
+    chains apart; each benchmark's tuning and finals; each held-out reference's finals."""
+    tune, final = Stage.TUNE.value, Stage.FINAL.value
+    return [("Oracle (as run)", Method.ORACLE.value, (Stage.GRID.value, Stage.REFINE.value)),
+            ("SILO (paper): δ search", Method.SILO_PAPER.value, (tune,)),
+            ("SILO (paper): final chains", Method.SILO_PAPER.value, (final,)),
+            ("SILO (fit): study", Method.SILO_FIT.value, (Stage.FIT.value,)),
+            ("SILO (fit): final chains", Method.SILO_FIT.value, (final,)),
+            *((f"{label(b)}: tuning and final chains", b, (tune, final)) for b in BASELINES),
+            *((f"{label(h)}: final chains", h, (final,)) for h in HELD_OUT)]
+
+
+def _mean_sd(values: list[float], fmt: str) -> str:
+    """mean ± sd over the replicates (ddof 1); the mean alone for one replicate."""
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return format(mean, fmt)
+    return f"{format(mean, fmt)} ± {format(float(np.std(values, ddof=1)), fmt)}"
+
+
+def cost_table(reps: list[Replicate], spec: dict | None) -> Table | None:
+    """Per method (the lines of `_cost_lines`, each with any training in some replicate): trainings actually run
+    (rows with `reused` False), their epochs and device-hours (the sum of their `seconds` / 3600), mean ± sd over
+    the replicates, and their share of the exhaustive Oracle's trainings (`premises.OracleCost`: exact where the
+    Oracle ran exhaustive; for a racing Oracle, from the plan at most to the plan along the replicate's chain);
+    then the exhaustive Oracle itself (not run) and every training run."""
+    grid = (spec or {}).get("grid")
+    oracles = {}
+    for r in reps:
+        options = recorded_oracle(r.run) or OracleOptions()
+        oracles[r.name] = premises.OracleCost.of(r.rows, grid, options.refine, options.bracket)
+    records = []
+    for line, method, stages in _cost_lines():
+        for r in reps:
+            rows = r.rows[(r.rows["method"] == method) & r.rows["stage"].isin(stages) & ~r.rows["reused"].astype(bool)]
+            records.append({"line": line, "method": method, "replicate": r.name, "trainings": len(rows),
+                            "epochs": int(rows["epochs"].sum()), "device_hours": float(rows["seconds"].sum()) / 3600,
+                            "devices": " ".join(sorted({str(d) for d in rows["device"] if str(d)}))})
+    data = pd.DataFrame(records)
+    if data.empty or not data["trainings"].any():
+        return None
+    data = data[data.groupby("line", sort=False)["trainings"].transform("sum") > 0]
+    total = data.groupby("replicate", sort=False)[["trainings", "epochs", "device_hours"]].sum().reset_index()
+    data = pd.concat([data, total.assign(line="every training run", method="", devices="")], ignore_index=True)
+    known = {name: o for name, o in oracles.items() if o is not None}
+    if known:
+        data = pd.concat([data, pd.DataFrame([
+            {"line": "Oracle, exhaustive (not run)", "method": "oracle", "replicate": name, "trainings": o.low,
+             "trainings_at_most": o.high, "epochs": round(o.low * o.per_training),
+             "device_hours": o.low * o.seconds / o.trainings / 3600} for name, o in known.items()])],
+            ignore_index=True)
+    data["exhaustive"] = data["replicate"].map({n: o.low for n, o in known.items()})
+    data["exhaustive_at_most"] = data["replicate"].map({n: o.high for n, o in known.items()})
+    racing = any(o.racing for o in known.values())
+    cells = []
+    for line, group in data.groupby("line", sort=False):
+        share = "–"
+        if group["exhaustive"].notna().all():
+            low = float(np.mean(group["trainings"] / group["exhaustive_at_most"]))
+            high = float(np.mean(group["trainings"] / group["exhaustive"]))
+            share = (f"{100 * high:.0f} %" if line.startswith("Oracle, exhaustive") or not racing else
+                     f"{100 * low:.0f}–{100 * high:.0f} %")
+        trainings = _mean_sd(list(group["trainings"]), ",.0f")
+        if line.startswith("Oracle, exhaustive") and racing:
+            trainings += f" (at most {_mean_sd(list(group['trainings_at_most']), ',.0f')})"
+        cells.append({"method": line, "trainings": trainings, "epochs": _mean_sd(list(group["epochs"]), ",.0f"),
+                      "device-hours": _mean_sd(list(group["device_hours"]), ".3f"),
+                      "share of the exhaustive Oracle's trainings": share})
+    devices = sorted({d for ds in data["devices"].dropna() for d in str(ds).split(" ") if d})
+    n = len(reps)
+    oracle_words = ("The exhaustive Oracle's trainings are exact where the Oracle ran exhaustive. Where it raced, the "
+                    "exhaustive Oracle it stands for is given from the plan along the replicate's own chain (every "
+                    "first-round value of each cycle, the grid at cycle 0, later the bracket around the previous b "
+                    "and the dense best, and the values the run refined, each on every seed; its epochs and "
+                    "device-hours at the racing Oracle's per training) to the plan at most (3 refinement rounds of "
+                    "4 values at every cycle, the dry run's closed form), so each share reads from the most to the "
+                    "fewest." if racing else
+                    "The Oracle ran exhaustive: the exhaustive Oracle's trainings are its own.")
+    verdict = (f"What each method cost, per replicate, mean ± sd over the {n} replicate{'s' * (n != 1)}: the "
+               "trainings actually run (a row reused from an identical training is free and not counted), their "
+               "epochs and their device-hours (the trainings' own seconds / 3600, on "
+               + (", ".join(devices) if devices else "a device the rows do not name") + "), and their share of "
+               "the exhaustive Oracle's trainings. SILO (paper)'s δ search and SILO (fit)'s study are the "
+               "search for the schedule; its final chains are what the SILO schedule itself costs. " + oracle_words)
+    return Table("replicate_cost", "Cost per method over the replicates", pd.DataFrame(cells), data, verdict)
 
 
 def _accuracy(reps: list[Replicate]) -> pd.DataFrame:
@@ -397,20 +615,26 @@ def write_replicates_report(out: Path, runs: list[Path], margin_per_cycle: float
     per["replicate"] = per["replicate"].map(dict(enumerate(names)))
     n = len(reps)
     spec = read_spec(Path(runs[0]))
-    # The first screen: the verdict, then the paper's max_lr figure and §5.3 table over the replicates, then the
-    # accuracy, the links to each replicate's report, and where the runs contradict the paper's premises.
+    # The first screen: the verdict and, under it, which labels hold across the family; then the paper's max_lr
+    # figure and §5.3 table over the replicates, the accuracy, the cost per method, the links to each replicate's
+    # report, and where the runs contradict the paper's premises.
     first = Section(f"The answer over {n} replicate{'s' * (n != 1)}")
     if failed:
         first.notes.append(f"{n} of {of or n + len(failed)} replicates; "
                            + "; ".join(f"{name} failed: {line}" for name, line in failed.items())
                            + ". Rerun the same command to resume it; this report is then written again over all.")
     first.tables.append(dataclasses.replace(answer_table(verdict, n), title=first.title))  # one heading, not two
+    first.notes_after.append(family_line(verdict))  # the first line under the table: which labels hold
     sections = [first, *_paper_sections(reps, spec, _links_section(reps, out, own_reports))]
-    labels_table = replicates_table(per, names)
+    margins = verdict["margin"].dropna()
+    labels_table = replicates_table(per, names, float(margins.iloc[0]) if len(margins) else None)
     labels = Section(labels_table.title, tables=[labels_table])
     labels.notes_after += disagreements(reps, per)
-    labels.notes_after += [needed_line(verdict), " ".join(filter(None, [SCIENCE, multiplicity(verdict)]))]
+    varied = variance_sentence([s for r in runs if (s := read_spec(Path(r)))])  # what a replicate varies
+    labels.notes_after += [needed_line(verdict), " ".join(filter(None, [SCIENCE, varied, multiplicity(verdict)]))]
     choices = Section("The choices each replicate made", tables=[choices_table(reps)])
+    diagnostic = diagnostic_table(reps)
+    diagnostics = [] if diagnostic is None else [Section(diagnostic.title, tables=[diagnostic])]
     cost = Section("Cost")
     rows = pd.concat([r.rows.assign(replicate=r.name) for r in reps], ignore_index=True)
     lanes = slot_lanes(rows, "replicate")
@@ -421,7 +645,7 @@ def write_replicates_report(out: Path, runs: list[Path], margin_per_cycle: float
                                f"{len(lanes)} trainings.", figures.slots_figure(lanes)))
     if (note := estimate_note(out)) is not None:
         cost.notes.append(note)
-    sections += [labels, choices, cost]
+    sections += [labels, choices, *diagnostics, cost]
     written: dict[str, Path] = {}
     if own_reports:
         for r in reps:
@@ -433,6 +657,9 @@ def write_replicates_report(out: Path, runs: list[Path], margin_per_cycle: float
             written[f"tables/paper.{ext}"] = atomic_write_bytes(out / "tables" / f"paper.{ext}", text)
     for s in sections:
         for t in s.tables:
+            if t.name in ("replicate_cost", "diagnostic"):  # the numbers behind them, as the verdict's
+                written[f"tables/{t.name}.csv"] = atomic_write_bytes(out / "tables" / f"{t.name}.csv",
+                                                                     t.data.to_csv(index=False))
             for ext, text in (("md", render.markdown(t.cells, t.bold)), ("tex", render.latex(t.cells, t.bold))):
                 written[f"tables/{t.name}.{ext}"] = atomic_write_bytes(out / "tables" / f"{t.name}.{ext}", text)
         for p in s.plots:

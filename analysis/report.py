@@ -23,7 +23,7 @@ from oracle_search.options import recorded
 from analysis.tables import (Table, accuracy_table, answer_table, best_per_density, cost_table, end_to_end_table,
                              oracle_table, racing_table, regret_table, seed_table, statistics_source, statistics_table,
                              values_table, verdict_table)
-from analysis.verdict_sentences import controls_line, end_to_end_line
+from analysis.verdict_sentences import DIAGNOSTIC, controls_line, end_to_end_line
 from oracle_search.racing import read_racing
 from oracle_search.schema import REQUIRED, read_results, results_frame
 from trainables.atomic import atomic_write_bytes
@@ -87,6 +87,10 @@ def _regret_section(df: pd.DataFrame, r: Regret) -> Section:
             section.tables.append(table)
     if not section.tables:
         section.notes.append("No Oracle rows: no regret.")
+    elif not r.verdict.empty:
+        section.notes.append(f"The comparisons on the Oracle's chain (verdict, regret) are the §5.3 diagnostic, "
+                             f"{DIAGNOSTIC}; the end-to-end comparisons read each method's own final chains on the "
+                             "evaluation seeds, which made no choice.")
     return section
 
 
@@ -163,7 +167,9 @@ def _summary_section(df: pd.DataFrame, spec: dict | None, tol: float, r: Regret,
     after = section.notes_after
     if not r.verdict.empty:
         after.append(controls_line(r))
-    after += premises.sentences(premises.findings(df))
+    after += premises.sentences(premises.findings(df, (spec or {}).get("grid")))
+    if (nothing := premises.nothing_to_find({"run": df}, r.margin_per_cycle)) is not None:
+        after.append(nothing)
     if (table := cost_table(df)) is not None:
         after.append(table.verdict)
     after += [n for n in (_silo_paper_note(out_dir), _silo_fit_note(out_dir)) if n is not None]

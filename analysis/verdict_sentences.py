@@ -1,13 +1,30 @@
 """The verdict in words: one sentence per SILO variant against the Oracle and both controls, the controls
-named, the multiplicity said, and the end-to-end comparison. Every number comes from `analysis.regret.Regret`."""
+named, the multiplicity said, and the end-to-end comparison. Every number comes from `analysis.regret.Regret`.
+
+`VERSUS` names what a SILO variant is compared with, end to end on the evaluation seeds (the family of the verdict
+over replicates): the held-out Oracle's schedule and controls, each benchmark schedule by its `schema.METHODS`
+label, and the best benchmark. The per-cycle comparison on the Oracle's chain (`Regret.verdict`, against `oracle`,
+`constant_dense` and `constant_best` there) is the §5.3 diagnostic, said with `DIAGNOSTIC`."""
 from __future__ import annotations
 
 import pandas as pd
 
 from analysis.regret import Regret
 from analysis.select import label
+from oracle_search.schema import BASELINES
 
 DASH = "–"
+VERSUS = {"oracle_schedule": "the Oracle's schedule (held out)", "constant_dense": "not adapting",
+          "constant_best": "the best constant", **{b: label(b) for b in BASELINES},
+          "best_benchmark": "the best benchmark (chosen on tuning seeds)"}
+DIAGNOSTIC = ("conditional on the Oracle's chain, on the tuning seeds, in-sample; not part of the verdict")
+
+
+def versus_name(versus: str, chosen: object = None) -> str:
+    """What a comparison is against, in words; the best benchmark with the benchmark it was (`chosen`)."""
+    if versus == "best_benchmark" and isinstance(chosen, str) and chosen:
+        return f"the best benchmark ({label(chosen)}, chosen on tuning seeds)"
+    return VERSUS.get(versus, label(versus))
 
 
 def fmt_lr(x: float) -> str:
@@ -75,7 +92,7 @@ def verdict_lines(r: Regret) -> list[str]:
     lines.append(controls_line(r))
     lines.append(f"These are {len(verdict)} comparisons ({len(verdict) // 3} SILO variant"
                  f"{'s' * (len(verdict) != 3)} × the Oracle, constant_dense and constant_best), each at 95 %, not "
-                 "corrected for multiplicity.")
+                 f"corrected for multiplicity: the §5.3 diagnostic, {DIAGNOSTIC}.")
     return lines
 
 
@@ -91,14 +108,15 @@ def controls_line(r: Regret) -> str:
 
 
 def end_to_end_line(r: Regret) -> str:
-    """Each SILO variant's own final chains against LR warmup's, in words."""
+    """Each SILO variant's own final chains against each other method's final chains (`VERSUS`), in words."""
     frame = r.end_to_end
     if frame.empty:
-        return "No LR warmup final rows: no end-to-end comparison."
+        return "No final rows to compare SILO with: no end-to-end comparison."
     parts = []
     for _, row in frame.iterrows():
+        name = versus_name(row["versus"], row.get("chosen"))
         gone = (f"; diverged chains left out: {row['diverged']} of {label(row['schedule'])}, "
-                f"{row['versus_diverged']} of LR warmup" if row["diverged"] or row["versus_diverged"] else "")
-        parts.append(f"{label(row['schedule'])} {judged(row, 'LR warmup')}{gone}")
+                f"{row['versus_diverged']} of {name}" if row["diverged"] or row["versus_diverged"] else "")
+        parts.append(f"{label(row['schedule'])} {judged(row, name)}{gone}")
     return (f"End to end, each method's own final chains on the evaluation seeds (test accuracy, paired per seed, "
             f"summed over cycles 1–{r.last}): " + "; ".join(parts) + ".")

@@ -50,18 +50,20 @@ OPTIONS = CompareOptions(oracle=OracleOptions(seeds=3, refine=1, mode="exhaustiv
 #   trains cycle 2 only (cycles 0..q=1 are at ε, the Oracle's own trainings): 3 seeds x (3 + 2 ROUNDS) at most;
 #   typically its search simulated (below).
 # - baselines' tuning: constant, decay, cyclical, cosine (warmup is the Oracle's cycle-0 grid) x 4 x 3 = 48.
-# - finals: 5 baselines + 2 SILO variants, x 3 evaluation seeds x 3 cycles = 63.
-HAND_MOST = {"oracle": 84, "silo_fit": 24, "silo_paper": 3 * (3 + 2 * ROUNDS), "baselines_tune": 48, "finals": 63}
+# - finals: 5 baselines + 2 SILO variants + 3 held-out references (the Oracle's schedule, not adapting, the best
+#   constant), x 3 evaluation seeds x 3 cycles = 90.
+HAND_MOST = {"oracle": 84, "silo_fit": 24, "silo_paper": 3 * (3 + 2 * ROUNDS), "baselines_tune": 48, "finals": 90}
 
 # Typically: the trainings of one replicate of the command's own drivers (`study.run_study`; `oracle` alone:
 # `oracle.oracle_cycles`) run on the simulated engine with SPEC's 2 slots (`simulate_job.simulate`), counted per
 # phase from its ledger (`estimate.typical`). Pinned, reviewed against the hand counts above (each ≤ its most):
 # the exhaustive Oracle 60 = 3 seeds x 20 values over 3 cycles (the refinement rounds add fewer than 4); silo_fit
 # 21 = 24 less 3 cycles of trials Optuna stopped; silo_paper 33 = 3 seeds x (cycles 0..1 at ε + 9 δ at cycle 2),
-# 30 racing (8 δ); the racing tuning 32 of 48; racing trains fewer Oracle values, 43 alone and 44 in a compare,
-# whose verdict completes one more. A change to a driver or to the accuracy model moves them.
-HAND_TYPICAL = {"oracle": 60, "silo_fit": 21, "silo_paper": 33, "baselines_tune": 48, "finals": 63}
-HAND_RACING_TYPICAL = {"oracle": 44, "silo_fit": 21, "silo_paper": 30, "baselines_tune": 32, "finals": 63}
+# 30 racing (8 δ); the racing tuning 32 of 48; racing trains fewer Oracle values, 43 alone and 55 in a compare,
+# whose verdict completes 12 more (simulated chains reach past cycle 0: their rows carry a start hash). A change
+# to a driver or to the accuracy model moves them.
+HAND_TYPICAL = {"oracle": 60, "silo_fit": 21, "silo_paper": 33, "baselines_tune": 48, "finals": 90}
+HAND_RACING_TYPICAL = {"oracle": 55, "silo_fit": 21, "silo_paper": 30, "baselines_tune": 32, "finals": 90}
 RACING_ORACLE_ALONE = 43
 
 
@@ -237,7 +239,7 @@ def test_dry_run_with_given_seconds_prints_the_plan_and_writes_nothing(tmp_path,
                         "--out", str(out))
     assert code == 0 and not out.exists()
     assert "precision: fp32" in text and "slots: 2" in text
-    # racing and 3 replicates, the defaults: 3 x 570 s (every phase here is at least 2 wide)
+    # racing and 3 replicates, the defaults: 3 x 855 s (every phase here is at least 2 wide)
     total = 3 * sum(HAND_RACING_TYPICAL.values()) * 30 * 0.25 / 2
     assert f"({total:,.0f} s) of training" in text and "replicates: 3 whole studies" in text
     assert f"{sum(HAND_MOST.values()):,}" in text  # the total at most
