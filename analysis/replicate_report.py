@@ -26,10 +26,13 @@ from analysis.report import (DEFAULT_DIM, INPUT_DIMS, THEORY, Plot, Section, est
                              markdown_page, write_report)
 from analysis.select import label, silo_params
 from analysis.slots import slot_lanes
-from analysis.tables import VERDICT_MARKS, Table
+from analysis.tables import Table
 from analysis.variance import variance_sentence
-from analysis.verdict_sentences import DIAGNOSTIC, VERSUS, ci_text, fmt_lr
+from analysis.verdict_sentences import DIAGNOSTIC, VERSUS, ci_text, family_line, fmt_lr
+# The words of a cell, moved to verdict_sentences so that one run's answer (analysis.tables) says them alike.
+from analysis.verdict_sentences import cell as _cell, words as _words  # noqa: F401
 from oracle_search.options import OracleOptions, recorded_oracle
+from oracle_search.sequential import sequential_section
 from oracle_search.statistics import REPLICATE_BUDGET
 from oracle_search.schema import BASELINES, HELD_OUT, Method, Stage, read_results, results_frame
 from trainables.atomic import atomic_write_bytes
@@ -183,45 +186,6 @@ def _versus(key: str) -> str:
     return VERSUS_NAMES.get(key) or DIAGNOSTIC_NAMES.get(key) or f"vs {label(key)}"
 
 
-def _held(holm: object) -> bool | None:
-    """Whether Holm keeps the label: True, False, or None where the row has no Holm answer (NA)."""
-    return None if holm is None or pd.isna(holm) else holm == "yes"
-
-
-def _words(verdict: str, lo: float, hi: float, margin: float | None = None, holm: object = None) -> tuple[str, str]:
-    """(the label in words, what follows the numbers), from `statistics.label`'s verdict, the interval, the margin
-    and Holm's answer; the one label rule stays `statistics.label`, this only says it:
-    - better / worse whose interval lies wholly beyond the margin (lo > +margin, hi < −margin): "better by more than
-      the margin"; one that only excludes 0: "better", followed by ", not shown beyond the margin";
-    - "(uncorrected)" after a label Holm does not keep (`holm` "no"); plain where it does, or where there is no
-      correction to speak of (`holm` None: each replicate's own labels);
-    - an equivalence whose interval also excludes 0 is followed by ", also above 0" or ", also below 0" (both hold,
-      and the label shows only one)."""
-    word, after = verdict, ""
-    known = margin is not None and not pd.isna(margin)
-    if verdict == "better":
-        word, after = (("better by more than the margin", "") if known and lo > margin else
-                       ("better", ", not shown beyond the margin" if known else ""))
-    elif verdict == "worse":
-        word, after = (("worse by more than the margin", "") if known and hi < -margin else
-                       ("worse", ", not shown beyond the margin" if known else ""))
-    elif verdict == "equivalent":
-        after = ", also above 0" if lo > 0 else ", also below 0" if hi < 0 else ""
-    if verdict in HELD and _held(holm) is False:
-        word += " (uncorrected)"
-    return word, after
-
-
-def _cell(verdict: str, advantage: float, lo: float, hi: float, margin: float | None = None,
-          holm: object = None) -> str:
-    """The mark and the label in words (`_words`), the advantage and its interval."""
-    mark = VERDICT_MARKS[verdict].split(" ")[0]
-    if verdict == "undefined":
-        return VERDICT_MARKS["undefined"] + ("" if pd.isna(advantage) else f" {advantage:+.2f}")
-    word, after = _words(verdict, lo, hi, margin, holm)
-    return f"{mark} {word} {advantage:+.2f} {ci_text(lo, hi)}{after}"
-
-
 def _count(replicates: int, n: int) -> str:
     """A row's own count and degrees of freedom where a replicate could not define it."""
     if replicates >= n:
@@ -258,38 +222,6 @@ def answer_table(verdict: pd.DataFrame, n: int) -> Table:
         line = (f"One replicate: no interval over replicates, so every label over replicates is undefined; its own "
                 "labels, conditional on its choices, are below.")
     return Table("replicate_answer", "The answer over replicates", cells, verdict, line)
-
-
-def family_line(verdict: pd.DataFrame) -> str:
-    """The first line under the answer: in words, which labels hold across the family at 5 % (Holm decides;
-    Bonferroni beside it). "none" is an answer."""
-    m = len(verdict)
-    if m == 0:
-        return "No comparison over replicates: no family."
-    if (verdict["replicates"] < 2).all():
-        return f"Across the family of {m} comparisons at 5 %, no label can hold: no comparison has an interval."
-    labelled = verdict[verdict["verdict"].isin(HELD)]
-    kept = labelled[labelled["holm"] == "yes"]
-    both = int((labelled["bonferroni"] == "yes").sum())
-    head = f"Across the family of {m} comparisons at 5 % (Holm)"
-    if kept.empty:
-        said = f"{head}, none of the labels holds"
-    else:
-        said = (f"{head}, {len(kept)} hold{'s' * (len(kept) == 1)}: " + "; ".join(
-            f"{label(r['schedule'])} {_claim(r)}" for _, r in kept.iterrows()))
-    count = "none" if both == 0 else str(both)
-    return f"{said} (Bonferroni keeps {count})."
-
-
-def _claim(r: pd.Series) -> str:
-    """A label that holds, as a claim: "worse than Cosine", "better than LR warmup by more than the margin",
-    "equivalent to the best constant"."""
-    word, _ = _words(r["verdict"], r["ci_lo"], r["ci_hi"], r["margin"])
-    name = _versus(r["versus"])[3:]
-    if r["verdict"] == "equivalent":
-        return f"equivalent to {name} within ±{r['margin']:g}"
-    base, _, beyond = word.partition(" by ")
-    return f"{base} than {name}" + (f" by {beyond}" if beyond else "")
 
 
 def replicates_table(per: pd.DataFrame, names: list[str], margin: float | None = None) -> Table:
@@ -625,6 +557,9 @@ def write_replicates_report(out: Path, runs: list[Path], margin_per_cycle: float
                            + ". Rerun the same command to resume it; this report is then written again over all.")
     first.tables.append(dataclasses.replace(answer_table(verdict, n), title=first.title))  # one heading, not two
     first.notes_after.append(family_line(verdict))  # the first line under the table: which labels hold
+    # Then what the labels are across looks: the sequential rule where the run went in waves, else fixed-R labels.
+    if out is not None and (lines := sequential_section(Path(out), per, n)) is not None:
+        first.notes_after += lines
     sections = [first, *_paper_sections(reps, spec, _links_section(reps, out, own_reports))]
     margins = verdict["margin"].dropna()
     labels_table = replicates_table(per, names, float(margins.iloc[0]) if len(margins) else None)

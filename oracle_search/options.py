@@ -36,7 +36,8 @@ MARGIN_PER_CYCLE = 0.5  # `--margin`'s default, points per compared cycle: the p
 MAY_CHANGE = {
     "oracle": {"refine", "fuse"},  # more refinement rounds refine the same chain; fuse packs the same trainings
     "fit": {"trials", "storage"},  # "rerun with a larger number to add trials"; the study's URL is where, not what
-    "compare": {"margin", "replicates", "silo_fit"},  # the report's reading; more replicates or silo_fit add studies
+    # the report's reading; more replicates or silo_fit add studies; an auto run's N and wave (issue 61) are its budget
+    "compare": {"margin", "replicates", "silo_fit", "max_replicates", "wave"},
 }
 
 
@@ -54,6 +55,19 @@ def check_margin(value: Any) -> None:
     cycle."""
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf:
         raise SpecError("margin", f"must be a number >= 0 (points per compared cycle), got {value!r}")
+
+
+AUTO = "auto"  # `--replicates auto` (oracle_search.sequential.AUTO)
+
+
+def replicates_value(text: str) -> int | str:
+    """--replicates: a whole number, or auto."""
+    if text.strip() == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise SpecError("replicates", f"must be an integer >= 1 or {AUTO}, got {text!r}") from None
 
 
 def positive_seconds(value: float | None) -> float | None:
@@ -163,10 +177,18 @@ class CompareOptions:
                              "the tuning seeds (default %(default)s, at least 2)")
     # Also fit SILO with Optuna. By hand: not a flag of its own, --trials 0 says no.
     silo_fit: bool = option(True, "trials", "", by_hand=True)
-    replicates: int = option(3, "replicates", "whole studies, each with its own tuning and evaluation seeds "
-                             "(replicate r's base seed: --base-seed + 10000 (r - 1)), run side by side on the same slots "
-                             "in OUT/replicate-1..R; the report gives the verdict over them (default %(default)s; 1: "
-                             "one study in OUT, whose labels are conditional on its own choices)")
+    replicates: int | str = option(3, "replicates", "whole studies, each with its own tuning and evaluation seeds "
+                                   "(replicate r's base seed: --base-seed + 10000 (r - 1)), run side by side on the "
+                                   "same slots in OUT/replicate-1..R; the report gives the verdict over them (default "
+                                   "%(default)s; 1: one study in OUT, whose labels are conditional on its own "
+                                   "choices; auto: in waves of --wave until each comparison is decided or futile, at "
+                                   "most --max-replicates, under a rule whose error rate holds across the looks)",
+                                   type=replicates_value, metavar="R|auto")
+    max_replicates: int | None = option(None, "max-replicates", "with --replicates auto: the most replicates it may "
+                                        "run, N (at least --wave); a rerun with another N re-plans the looks left "
+                                        "of a run that stopped before its N")
+    wave: int = option(3, "wave", "with --replicates auto: replicates per wave, the first wave's too (default "
+                       "%(default)s, at least 2: an interval over replicates needs two)")
     margin: float = option(MARGIN_PER_CYCLE, "margin", "equivalence margin in validation- (or test-) accuracy points "
                            "per compared cycle, summed over the cycles like the advantage: a comparison whose 95 %% "
                            "interval lies inside ±margin is `equivalent` (default %(default)s: the paper's interval "
@@ -176,10 +198,27 @@ class CompareOptions:
         at_least("eval-seeds", self.eval_seeds, 2)
         if self.silo_fit:
             self.fit.needs_a_trial()
-        at_least("replicates", self.replicates, 1)
         check_margin(self.margin)
+        if self.replicates == AUTO:  # issue 61: waves until decided (oracle_search.sequential)
+            if self.max_replicates is None:
+                raise SpecError("max-replicates", "--replicates auto needs --max-replicates N, the most replicates "
+                                "it may run")
+            at_least("wave", self.wave, 2, "an interval over replicates needs two")
+            at_least("max-replicates", self.max_replicates, self.wave, "the first wave, --wave")
+            check_seed_room(self.oracle.seeds, self.eval_seeds, self.fit.seeds)
+            return
+        if isinstance(self.replicates, str):
+            raise SpecError("replicates", f"must be an integer >= 1 or {AUTO}, got {self.replicates!r}")
+        at_least("replicates", self.replicates, 1)
+        if self.max_replicates is not None:
+            raise SpecError("max-replicates", "only with --replicates auto (a fixed R runs R replicates)")
         if self.replicates > 1:
             check_seed_room(self.oracle.seeds, self.eval_seeds, self.fit.seeds)
+
+    @property
+    def auto(self) -> bool:
+        """`--replicates auto`: replicates in waves (`pipeline.compare`, `oracle_search.sequential`)."""
+        return self.replicates == AUTO
 
     def sections(self) -> dict[str, Any]:
         """What a compare records (options.json): the Oracle's, the fitter's and its own options."""

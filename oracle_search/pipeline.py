@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis.replicate_report import write_replicates_report
 from analysis.report import write_report
-from oracle_search import estimate, fitter, options as recorded_options, replicates
+from oracle_search import estimate, fitter, options as recorded_options, replicates, sequential
 from oracle_search.baselines import run_baselines
 from oracle_search.callbacks import logger_callbacks
 from oracle_search.cluster import (cluster_address, connect, local_trial_device, probe_precision,
@@ -206,8 +206,11 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
     side on one engine, so they share the slots: with R = 1, OUT itself is the study's folder; with R > 1,
     OUT/replicate-1..R, and a report over them (`oracle_search.replicates`). A replicate that fails never loses the
     others: the report covers the finished ones and says which failed, then RunFailed names it; a rerun resumes
-    it. `seconds_per_epoch`: the estimate's (default: timed on a worker)."""
+    it. `seconds_per_epoch`: the estimate's (default: timed on a worker). `--replicates auto`: waves, each a
+    compare at a larger R, with a look after each (`_compare_waves`)."""
     reject_silo_schedule(spec)
+    if options.auto:
+        return _compare_waves(spec, out, options, address, callbacks, seconds_per_epoch)
     sections = options.sections()  # what options.json records
     check_with_spec("compare", spec, options)  # the Python API's edge (the command line checked it too)
     out, R = Path(out).resolve(), options.replicates
@@ -265,6 +268,24 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
     for r in done:
         fitter.fit_failed(*studies[r].value)
     return result
+
+
+def _compare_waves(spec: ExperimentSpec, out: Path, options: CompareOptions, address: str | None,
+                   callbacks: list[str] | None, seconds_per_epoch: float | None) -> CompareResult:
+    """`compare --replicates auto` (issue 61), holding OUT's lock throughout: a compare at R = --wave, a look
+    (`sequential.Waves.record`: the report's tables/replicates.csv read under the sequential rule, OUT/looks.json),
+    and again at R + wave while a comparison is open and R < --max-replicates; then the report again, with the
+    last look in it. A compare at a larger R resumes the replicates it has (nothing trains again)."""
+    out = Path(out).resolve()
+    found = replicates.manifest(out)
+    waves = sequential.Waves(out, options.margin, options.wave, options.max_replicates,
+                             held=found["replicates"] if found else 0, say=Progress().say)
+    result = None
+    while (R := waves.next_replicates()) is not None:
+        wave = dataclasses.replace(options, replicates=R, max_replicates=None)
+        result = compare.__wrapped__(spec, out, wave, address, callbacks, seconds_per_epoch)
+        waves.record(R)
+    return CompareResult(result.results, report(out, options.margin))
 
 
 def report(out: Path, margin: float | None = None, finished: list[int] | None = None,
