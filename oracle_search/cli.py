@@ -319,6 +319,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Oracle, SILO (paper and fit), the baselines, then the report: one resumable run on one --out."""
     spec, options, per_epoch = _checked("compare", args)
     if args.dry_run:
+        if options.auto:  # issue 61: priced at its most; the expected replicates are not priced yet
+            print(f"compare --dry-run --replicates auto: priced at its most, --max-replicates "
+                  f"{options.max_replicates} replicates; the waves stop sooner once every comparison has stopped")
+            options = dataclasses.replace(options, replicates=options.max_replicates, max_replicates=None)
         return _dry_run("compare", args, spec, options, per_epoch)
     check_inputs(args, spec)
     from oracle_search import pipeline  # imports torch and Ray: after every check that needs neither
@@ -327,8 +331,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
                               seconds_per_epoch=per_epoch)
     out = Path(args.out)
     print(f"\nreport: {out / 'report.md'} and {result.report}")
-    if options.replicates > 1:
-        print(f"results: {out}/replicate-1..{options.replicates}/results.parquet (and results.csv), "
+    R = options.replicates
+    if options.auto:  # the waves ran to the R the manifest records
+        R = json.loads((out / "replicates.json").read_text())["replicates"]
+        print(f"looks: {out / 'looks.json'} (each comparison's decision at each look)")
+    if R > 1:
+        print(f"results: {out}/replicate-1..{R}/results.parquet (and results.csv), "
               f"{len(result.results)} rows in all; tables/verdict.csv and tables/replicates.csv over them")
     else:
         print(f"results: {out / 'results.parquet'} (and results.csv), {len(result.results)} rows")
@@ -628,7 +636,61 @@ def build_parser() -> Parser:
         "bracket": "for a run that did not record its options: its Oracle ran with --no-bracket (every cycle from "
                    "the whole grid)"})
     c.set_defaults(run=cmd_replay)
+
+    c = sub.add_parser("premise", help="the paper's Fig. 1 (§3.1) on this spec: prune at one fixed max_lr to "
+                       "--density-target and measure the weight gradients' σ over all weights and over the "
+                       "surviving ones, at each cycle's start and end; writes premise.csv, premise.png, premise.md")
+    # By hand: --preset names the base the spec's fields override, not a field (as for the other commands).
+    c.add_argument("--preset", default=DEFAULT_PRESET, help=f"named setup (default {DEFAULT_PRESET}; see `presets`)")
+    add_spec_flags(c, ("model", "dataset", "data_dir", "pruner", "loss", "rate", "epochs", "batch_size", "optimizer",
+                       "weights", "rewind_epoch", "seed", "device", "num_samples", "schedule", "precision",
+                       "cpus_per_trial"), helps={
+        "rate": "fraction of the remaining weights pruned per cycle (default 0.2, the paper's Fig. 1, not the "
+                "preset's)",
+        "seed": "the seed of the chain's trainings (--seed works too)",
+        "cpus_per_trial": "torch threads: this many whole CPUs, as a trial of the same spec runs (default 1)"})
+    # By hand: the premise's own inputs (oracle_search.premise_settings.PremiseSettings checks them), no spec field.
+    c.add_argument("--density-target", type=float, default=13.4, help="prune until λ is nearest this percentage "
+                   "(default 13.4, the paper's: 9 cycles at rate 0.2)")
+    c.add_argument("--max-lr", type=float, default=0.16, help="the one peak LR of every cycle (default 0.16, the "
+                   "Oracle's dense choice on the embedded default)")
+    c.add_argument("--batches", type=int, default=10, help="training batches each σ pools (default 10)")
+    c.add_argument("--out", required=True, help="folder for premise.csv, premise.png and premise.md")
+    c.set_defaults(run=cmd_premise)
     return p
+
+
+def cmd_premise(args: argparse.Namespace) -> int:
+    """The paper's §3.1 premise on this spec (oracle_search.premise): every check first, then the chain, then its
+    files (analysis.premise_figure)."""
+    # The premise's settings are torch-free: checked, with the spec and --out, before anything loads.
+    from oracle_search.premise_settings import PAPER_RATE, PremiseSettings, premise_spec
+
+    check_out(args.out)
+    settings = PremiseSettings(density_target=args.density_target, max_lr=args.max_lr, batches=args.batches)
+    spec = spec_from_args(args)
+    if args.rate is None:  # the paper's Fig. 1 rate, whatever the preset prunes at
+        spec = dataclasses.replace(spec, rate=PAPER_RATE)
+    spec = premise_spec(spec, settings)
+    # Imports torch: after every check that needs none; the names resolve and the data loads (DataError: exit 2).
+    from trainables.plugins import check_names, load_data
+
+    load_data(check_names(spec))
+    say_renamed(args)
+    # Torch and matplotlib: only once the input is checked.
+    from analysis.premise_figure import shape_sentence, write_premise
+    from oracle_search.premise import premise
+
+    print(f"premise: {spec.model} on {spec.dataset}, {spec.cycles} cycles at rate {spec.rate:g} to "
+          f"λ = {100 * (1 - spec.rate) ** spec.cycles:.3g} %, max_lr {settings.max_lr:g}, {spec.epochs} epochs each")
+    result = premise(spec, settings, on_cycle=lambda c: print(
+        f"cycle {c['cycle']} λ = {c['lambda']:.3g} %: val {c['val_acc']:.1f} %, σ grad at the end: all "
+        f"{c['rows'][0]['sigma_grad']:.3e}, surviving {c['rows'][1]['sigma_grad']:.3e} ({c['seconds']:.0f} s)",
+        flush=True))
+    paths = write_premise(result, Path(args.out))
+    print(f"\n{shape_sentence(result.rows)}\n\nwritten: {paths['csv']}, {paths['png'].name}, {paths['md'].name} "
+          f"({result.seconds:.0f} s)")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
