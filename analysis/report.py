@@ -19,11 +19,12 @@ from analysis.regret import Regret, analyse
 from analysis.slots import slot_lanes
 from analysis.select import SCHEDULE_LABELS, densities, label, pruning_rate, silo_params
 from oracle_search.compared import silo_methods
-from oracle_search.options import recorded
-from analysis.tables import (Table, accuracy_table, answer_table, best_per_density, cost_table, end_to_end_table,
+from oracle_search.options import OracleOptions, recorded, recorded_oracle
+from analysis.tables import (END_TO_END_TITLE, Table, accuracy_table, answer_table, best_per_density, cost_table,
+                             end_to_end_table,
                              oracle_table, racing_table, regret_table, seed_table, statistics_source, statistics_table,
                              values_table, verdict_table)
-from analysis.verdict_sentences import DIAGNOSTIC, controls_line, end_to_end_line
+from analysis.verdict_sentences import DIAGNOSTIC
 from oracle_search.racing import read_racing
 from oracle_search.schema import REQUIRED, read_results, results_frame
 from trainables.atomic import atomic_write_bytes
@@ -80,17 +81,37 @@ RACING_NOTE = (
     "lists each value left with fewer seeds and each value the walk never trained.")
 
 
-def _regret_section(df: pd.DataFrame, r: Regret) -> Section:
-    section = Section("Regret, controls and verdict")
-    for table in (verdict_table(r), end_to_end_table(r), regret_table(df, r)):
+def _end_to_end_section(r: Regret) -> Section:
+    """The verdict's family in full (`tables/end_to_end.csv`): the answer's comparisons with their seeds needed, n
+    and the chains left out."""
+    section = Section(END_TO_END_TITLE)  # one heading: the table's
+    if (table := end_to_end_table(r)) is not None:
+        section.tables.append(table)
+    else:
+        section.notes.append("No final chains to compare SILO with on the evaluation seeds: no end-to-end comparison.")
+    return section
+
+
+DIAGNOSTIC_TITLE = "The §5.3 diagnostic: SILO's max_lr on the Oracle's chain"
+
+
+def _diagnostic_section(df: pd.DataFrame, r: Regret) -> Section:
+    """The §5.3 diagnostic: each SILO variant's max_lr against the leave-one-out Oracle and both controls on the
+    Oracle's chain (`tables/verdict.csv`), the regret per cycle and its figure; in-sample, not part of the verdict."""
+    section = Section(DIAGNOSTIC_TITLE)
+    for table in (verdict_table(r), regret_table(df, r)):
         if table is not None:
             section.tables.append(table)
+    if (plot := _regret_plot(df, r)) is not None:
+        section.plots.append(plot)
     if not section.tables:
         section.notes.append("No Oracle rows: no regret.")
-    elif not r.verdict.empty:
-        section.notes.append(f"The comparisons on the Oracle's chain (verdict, regret) are the §5.3 diagnostic, "
-                             f"{DIAGNOSTIC}; the end-to-end comparisons read each method's own final chains on the "
-                             "evaluation seeds, which made no choice.")
+    else:
+        section.notes.append(f"The comparisons on the Oracle's chain are the §5.3 diagnostic, {DIAGNOSTIC}: the "
+                             "tuning seeds that chose δ, silo_fit's study and both controls score them here, at each "
+                             "schedule's max_lr on the Oracle's own chain. The verdict (the answer, and the "
+                             "end-to-end section) reads each method's own final chains on the evaluation seeds, "
+                             "which made no choice.")
     return section
 
 
@@ -101,10 +122,10 @@ def _regret_plot(df: pd.DataFrame, r: Regret) -> Plot | None:
     labels = {m: label(m) for m in regret["schedule"].unique()} | SCHEDULE_LABELS
     params = silo_params(df, "silo_paper")
     png = figures.regret_figure(regret, densities(df), labels, None if params is None else params["q"])
-    return Plot("regret", "Regret against cycle: validation-accuracy points below a leave-one-out Oracle on the "
-                "Oracle's chain, mean over the tuning seeds with 95 % CI bands, for each SILO variant and both "
-                "controls; a gap where the max_lr lies outside the values every seed trained. Shaded: cycle 0 (not "
-                "summed in the verdict) and SILO (paper)'s cycles ≤ q, where it keeps ε.", png)
+    return Plot("regret", f"Regret against cycle, the §5.3 diagnostic ({DIAGNOSTIC}): validation-accuracy points "
+                "below a leave-one-out Oracle on the Oracle's chain, mean over the tuning seeds with 95 % CI bands, "
+                "for each SILO variant and both controls; a gap where the max_lr lies outside the values every seed "
+                "trained. Shaded: cycle 0 (not summed) and SILO (paper)'s cycles ≤ q, where it keeps ε.", png)
 
 
 def _max_lr_plot(df: pd.DataFrame, spec: dict | None, tol: float) -> Plot | None:
@@ -152,33 +173,39 @@ def _silo_paper_note(out_dir: Path) -> str | None:
     return line + f". **δ is not bracketed: {sp['delta_open']}**, so a better δ may lie beyond what was tried."
 
 
+def _oracle_options(spec: dict | None, out_dir: Path | None) -> dict:
+    """The spec's grid and the Oracle's recorded options (`refine`, `bracket`), for the exhaustive Oracle's plan."""
+    options = (recorded_oracle(out_dir) if out_dir is not None else None) or OracleOptions()
+    return {"grid": (spec or {}).get("grid"), "refine": options.refine, "bracket": options.bracket}
+
+
 def _summary_section(df: pd.DataFrame, spec: dict | None, tol: float, r: Regret, out_dir: Path) -> Section:
-    """The answer in one screen: the verdict as a table, the regret and max_lr figures; then what the table cannot
-    say: the controls and the regret in words, the cost, δ's bracketing, silo_fit's search, the end-to-end
-    comparison, the best method per density."""
+    """The answer in one screen: the verdict's family as a table (end to end on the evaluation seeds), which labels
+    hold across it right under it, the max_lr figure; then what the table cannot say: the premises the run
+    contradicts, the cost against both Oracles, δ's bracketing, silo_fit's search, the accuracy and the best method
+    per density, and where the §5.3 diagnostic is."""
     section = Section("The answer")
-    if (table := answer_table(r)) is not None:
+    if (table := answer_table(r, df)) is not None:
         section.tables.append(table)
     else:
-        section.notes.append("No Oracle or no SILO rows: no verdict against the controls.")
-    for plot in (_regret_plot(df, r), _max_lr_plot(df, spec, tol)):
-        if plot is not None:
-            section.plots.append(plot)
+        section.notes.append("No final chains to compare SILO with on the evaluation seeds: no verdict.")
+    if (plot := _max_lr_plot(df, spec, tol)) is not None:
+        section.plots.append(plot)
     after = section.notes_after
-    if not r.verdict.empty:
-        after.append(controls_line(r))
     after += premises.sentences(premises.findings(df, (spec or {}).get("grid")))
     if (nothing := premises.nothing_to_find({"run": df}, r.margin_per_cycle)) is not None:
         after.append(nothing)
-    if (table := cost_table(df)) is not None:
+    if (table := cost_table(df, **_oracle_options(spec, out_dir))) is not None:
         after.append(table.verdict)
     after += [n for n in (_silo_paper_note(out_dir), _silo_fit_note(out_dir)) if n is not None]
-    after.append(end_to_end_line(r))
     if (table := accuracy_table(df)) is not None:
         after.append(table.verdict)
     best = best_per_density(df)
     if best:
         after.append("Best mean test accuracy per density: " + best + ".")
+    if not r.verdict.empty:
+        after.append(f"Each SILO variant's max_lr against the Oracle and the controls on the Oracle's chain is in "
+                     f"\"{DIAGNOSTIC_TITLE}\" below: {DIAGNOSTIC}.")
     return section
 
 
@@ -198,9 +225,9 @@ def _accuracy_section(df: pd.DataFrame) -> Section:
     return section
 
 
-def _cost_section(df: pd.DataFrame) -> Section:
+def _cost_section(df: pd.DataFrame, spec: dict | None = None, out_dir: Path | None = None) -> Section:
     section = Section("Cost")
-    table = cost_table(df)
+    table = cost_table(df, **_oracle_options(spec, out_dir))
     if table is None:
         section.notes.append("No trainings: cost table left out.")
     else:
@@ -264,7 +291,7 @@ def markdown_page(title: str, spec: dict | None, sections: list[Section]) -> str
         tables = []
         for t in s.tables:
             tables += [f"### {t.title}\n"] * (t.title != s.title)
-            tables += [f"{t.verdict}\n", render.markdown(t.cells, t.bold)]
+            tables += [f"{t.verdict}\n", render.markdown(t.cells, t.bold)] + [f"{t.note}\n"] * bool(t.note)
         plots = [f"![{p.caption}](figures/{p.name}.png)\n\n{p.caption}\n" for p in s.plots]
         out += plots + tables if s.plots_first else tables + plots
         out += [f"{n}\n" for n in s.notes_after]
@@ -292,6 +319,7 @@ def html_page(title: str, spec: dict | None, sections: list[Section]) -> str:
         for t in s.tables:
             tables += [f"<h3>{e(t.title)}</h3>"] * (t.title != s.title)
             tables += [f"<p class=\"verdict\">{e(t.verdict)}</p>", render.html(t.cells, t.bold)]
+            tables += [f"<p>{e(t.note)}</p>"] * bool(t.note)
         plots = [f"<figure><img alt=\"{e(p.caption)}\" src=\"data:image/png;base64,"
                  f"{base64.b64encode(p.png).decode()}\"><figcaption>{e(p.caption)}</figcaption></figure>"
                  for p in s.plots]
@@ -318,9 +346,9 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE, rows: pd.DataFr
     else:
         df = results_frame(df.to_dict("records")) if set(REQUIRED) <= set(df.columns) else df
         r = analyse(df, margin_per_cycle)  # the regret once, for every table, figure and sentence
-        sections = [_summary_section(df, spec, tolerance, r, out_dir), *extra,
-                    _oracle_section(df, spec, tolerance, read_racing(out_dir)), _regret_section(df, r),
-                    _accuracy_section(df), _cost_section(df), _statistics_section(df)]
+        sections = [_summary_section(df, spec, tolerance, r, out_dir), *extra, _end_to_end_section(r),
+                    _oracle_section(df, spec, tolerance, read_racing(out_dir)), _diagnostic_section(df, r),
+                    _accuracy_section(df), _cost_section(df, spec, out_dir), _statistics_section(df)]
     if not df.empty and (note := estimate_note(out_dir)) is not None:  # the cost expected, and the time taken
         next(s for s in sections if s.title == "Cost").notes.append(note)
     if not df.empty and (plots := [Plot(n, c, png) for n, c, png in study_figures(out_dir)]):

@@ -1,4 +1,5 @@
-"""The report's tables: Oracle intervals, test accuracy, cost and §3.1 statistics, each with a verdict line."""
+"""The report's tables: the answer (the verdict's family, end to end on the evaluation seeds), Oracle intervals, the
+§5.3 diagnostic on the Oracle's chain, test accuracy, cost and §3.1 statistics, each with a verdict line."""
 from __future__ import annotations
 
 import math
@@ -9,18 +10,21 @@ import pandas as pd
 import numpy as np
 
 from analysis.intervals import count_inside, oracle_intervals, seed_intervals
-from analysis.regret import Regret
+from analysis.regret import BEST_BENCHMARK, Regret
+from analysis.replicates import HELD
 from analysis.select import cost_rows, densities, label, methods, schedule_label, silo_params
 from oracle_search.compared import final_rows, last_cycle, oracle_trials
-from analysis.verdict_sentences import DASH, ci_text, end_to_end_line, fmt_lr, verdict_lines
+from analysis.verdict_sentences import (DASH, DIAGNOSTIC, VERDICT_MARKS, cell, ci_text, family_line, fmt_lr,
+                                        verdict_lines, versus_name)
 from oracle_search.curve import refuse_duplicates
-from oracle_search.schema import SILO_METHODS, unused_finals
+from oracle_search.schema import HELD_OUT, SILO_METHODS, Method, Stage, unused_finals
 from oracle_search.selection import TOLERANCE, Curve, choose, dense_best, lr_key
-from oracle_search.statistics import half_width, mean_interval, replicates_lower_estimate
+from oracle_search.statistics import ALPHA, half_width, holm, mean_interval, p_value, replicates_lower_estimate
 
 @dataclass(frozen=True)
 class Table:
-    """Display cells (first column holds row labels), the numbers behind them (CSV) and a verdict line."""
+    """Display cells (first column holds row labels), the numbers behind them (CSV), a verdict line (above the
+    cells) and a `note`, the first line under them (the answer's: which labels hold across the family)."""
 
     name: str
     title: str
@@ -28,6 +32,7 @@ class Table:
     data: pd.DataFrame
     verdict: str
     bold: pd.DataFrame | None = None
+    note: str = ""
 
 
 def fmt_density(x: float) -> str:
@@ -335,8 +340,11 @@ def best_per_density(df: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
-def cost_table(df: pd.DataFrame) -> Table | None:
-    """(c) Per method: trainings actually run (reused ones are free), epochs, device-hours, last-cycle accuracy."""
+def cost_table(df: pd.DataFrame, grid: list[float] | None = None, refine: int = 3,
+               bracket: bool = True) -> Table | None:
+    """(c) Per method: trainings actually run (reused ones are free), epochs, device-hours, last-cycle accuracy;
+    said against both Oracles (`cost_sentence`). `grid`, `refine`, `bracket`: the spec's grid and the Oracle's
+    options, for the exhaustive Oracle's plan (`premises.OracleCost`)."""
     last = last_cycle(df)
     records = []
     for m in methods(df):
@@ -361,16 +369,75 @@ def cost_table(df: pd.DataFrame) -> Table | None:
         f"test acc. at λ = {fmt_density(densities(df)[last])}": data["last_cycle_test_acc"].map(
             lambda a: DASH if pd.isna(a) else f"{a:.2f}"),
     })
-    by = data.set_index("method")
+    return Table("cost", "Cost", cells, data, cost_sentence(df, grid, refine, bracket) + _unused_finals(df))
+
+
+def _spent(df: pd.DataFrame, method: str, stages: tuple[str, ...]) -> pd.DataFrame:
+    """A method's trainings actually run (reused rows are free) in `stages`."""
+    return df[(df["method"] == method) & df["stage"].isin(stages) & ~df["reused"].astype(bool)]
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.0f} %"
+
+
+def cost_sentence(df: pd.DataFrame, grid: list[float] | None = None, refine: int = 3, bracket: bool = True) -> str:
+    """What SILO cost against both Oracles, as the report over replicates says it: the Oracle as run (racing by
+    default) and the exhaustive Oracle it stands for (`premises.OracleCost`: its plan along this run's chain to the
+    plan at most; one Oracle where it ran exhaustive); each SILO variant's own search (silo_paper's δ search,
+    silo_fit's study) apart from its final chains (what the SILO schedule itself costs); and the held-out
+    references' trainings, what the end-to-end verdict adds, on a line of their own."""
+    from analysis.premises import SEARCH, OracleCost  # premises reads this module's tables: imported when called
+
+    oracle_rows = _spent(df, Method.ORACLE.value, (Stage.GRID.value, Stage.REFINE.value))
+    silo = [m for m in SILO_METHODS if not _spent(df, m, (SEARCH[m][0], Stage.FINAL.value)).empty]
+    if oracle_rows.empty or not oracle_rows["epochs"].sum() > 0 or not silo:
+        return "No SILO or no Oracle rows: no cost comparison."
+    epochs, seconds = int(oracle_rows["epochs"].sum()), float(oracle_rows["seconds"].sum())
+    oracle = OracleCost.of(df, grid, refine, bracket)
+    racing = oracle is not None and oracle.racing
+    run = "racing Oracle" if racing else "Oracle"
+
+    def shares(part: int) -> str:
+        said = f"{_pct(part, epochs)} of the {run}'s epochs as run"
+        return said + (f", {oracle.share(part / oracle.per_training)} of the exhaustive one's" if racing else "")
+
+    if racing:
+        per = oracle.per_training
+        head = (f"Against the racing Oracle as run ({len(oracle_rows):,} trainings, {epochs:,} epochs) and the "
+                f"exhaustive Oracle it stands for ({oracle.exhaustive()}, {round(oracle.low * per):,}–"
+                f"{round(oracle.high * per):,} epochs at the racing Oracle's epochs per training: its plan along this "
+                "run's chain with this run's refinements, and the plan at most)")
+    else:
+        ran = "exhaustive, " if oracle is not None else ""
+        head = f"Against the Oracle as run ({ran}{len(oracle_rows):,} trainings, {epochs:,} epochs)"
     parts = []
-    if "oracle" in by.index and by.loc["oracle", "epochs"] > 0:
-        for m in (m for m in SILO_METHODS if m in by.index):
-            share = by.loc[m] / by.loc["oracle"]
-            parts.append(f"{label(m)} cost {100 * share['epochs']:.0f}% of the Oracle's epochs and "
-                         f"{100 * share['device_hours']:.0f}% of its device-hours")
-    verdict = ("; ".join(parts) + ". SILO (paper) takes ε from the Oracle's cycle 0, which its cost does not count."
-               if parts else "No SILO or no Oracle rows: no cost comparison.")
-    return Table("cost", "Cost", cells, data, verdict + _unused_finals(df))
+    for m in silo:
+        stage, what = SEARCH[m]
+        search, finals = _spent(df, m, (stage,)), _spent(df, m, (Stage.FINAL.value,))
+        s_epochs, f_epochs = int(search["epochs"].sum()), int(finals["epochs"].sum())
+        total = s_epochs + f_epochs
+        hours = float(search["seconds"].sum() + finals["seconds"].sum())
+        whole = (f"{_pct(total, epochs)} of the {run}'s epochs as run and {_pct(hours, seconds)} of its "
+                 "device-hours" + (f"; {oracle.share(total / oracle.per_training)} of the exhaustive one's epochs"
+                                   if racing else ""))
+        parts.append(f"{label(m)} cost {total:,} epochs ({whole}): {what} {s_epochs:,} ({shares(s_epochs)}) and the "
+                     f"SILO schedule itself, its final chains on the evaluation seeds, {f_epochs:,} "
+                     f"({shares(f_epochs)})")
+    said = head + ": " + "; ".join(parts) + "."
+    if Method.SILO_PAPER.value in silo:
+        said += " SILO (paper) takes ε from the Oracle's cycle 0, which its cost does not count."
+    held = df[df["method"].isin(HELD_OUT) & (df["stage"] == Stage.FINAL.value)]
+    if not held.empty:
+        trained = held[~held["reused"].astype(bool)]
+        h_epochs = int(trained["epochs"].sum())
+        copied = len(held) - len(trained)
+        said += (f" The held-out references (the Oracle's schedule, not adapting and the best constant as final "
+                 f"chains on the evaluation seeds: what the end-to-end verdict adds): {len(trained):,} trainings, "
+                 f"{h_epochs:,} epochs ({shares(h_epochs)})"
+                 + (f"; {copied:,} more copied from identical trainings of other chains, free" if copied else "")
+                 + ".")
+    return said
 
 
 def _unused_finals(df: pd.DataFrame) -> str:
@@ -425,10 +492,10 @@ def statistics_table(df: pd.DataFrame) -> Table | None:
     return Table("statistics", "Gradient and activation statistics (§3.1)", cells, data, verdict)
 
 
-# --- regret, controls and the verdict ---------------------------------------------------------------------------
+# --- the answer: the verdict's family, end to end; the §5.3 diagnostic on the Oracle's chain ----------------------
 
 def _judgement_cells(data: pd.DataFrame) -> dict[str, object]:
-    """The columns a verdict and an end-to-end table share."""
+    """The columns a diagnostic and an end-to-end table share."""
     return {
         "Schedule": data["schedule"].map(label),
         "advantage (points)": data["advantage"].map(lambda a: DASH if pd.isna(a) else f"{a:+.2f}"),
@@ -440,47 +507,108 @@ def _judgement_cells(data: pd.DataFrame) -> dict[str, object]:
     }
 
 
-VERDICT_MARKS = {"better": "▲ better", "worse": "▼ worse", "equivalent": "= equivalent",
-                 "inconclusive": "? inconclusive", "undefined": "– undefined"}
+def seed_advantages(df: pd.DataFrame, row: pd.Series, last: int) -> np.ndarray:
+    """The per-seed advantages a family row's interval is over (`regret.paired`): on each of the row's `seeds`,
+    Σ_{m=1..L} (test accuracy of the SILO variant − the other method's), summed in cycle order as `paired` does."""
+    versus = row["chosen"] if row["versus"] == BEST_BENCHMARK else row["versus"]
+    seeds = [int(s) for s in str(row["seeds"]).split()]
+    ours, theirs = (per_seed_accuracy(final_rows(df, m))[0] for m in (row["schedule"], versus))
+    return np.array([sum(float(ours.at[m, s]) - float(theirs.at[m, s]) for m in range(1, last + 1)) for s in seeds],
+                    dtype=float)
+
+
+def family_corrections(r: Regret, df: pd.DataFrame) -> pd.DataFrame:
+    """One run's family (`r.end_to_end`) with, per row, `p_value` (`statistics.p_value` of the hypothesis its label
+    rests on, from its per-seed advantages), `holm` (whether the label survives Holm's step-down across the family
+    at 0.05: "yes"/"no", NA for inconclusive and undefined) and `bonferroni` (the same at 0.05/m), as
+    `analysis.replicates.aggregate` does over replicates, here over this run's evaluation seeds."""
+    data = r.end_to_end.reset_index(drop=True)
+    p = []
+    for _, row in data.iterrows():
+        values = seed_advantages(df, row, r.last) if row["verdict"] != "undefined" else np.array([])
+        if len(values) and not math.isclose(float(np.mean(values)), float(row["advantage"]), abs_tol=1e-9):
+            raise ValueError(f"{row['schedule']} vs {row['versus']}: the per-seed advantages do not give the row's")
+        p.append(p_value(values, row["verdict"], float(row["margin"])) if len(values) else math.nan)
+    kept = holm(p)
+    tested = sum(not math.isnan(x) for x in p)
+    held = data["verdict"].isin(HELD)
+    return data.assign(
+        p_value=p,
+        holm=pd.Series([("yes" if k else "no") if h else pd.NA for h, k in zip(held, kept)], dtype=object),
+        bonferroni=pd.Series([("yes" if x <= ALPHA / tested else "no") if h else pd.NA for h, x in zip(held, p)],
+                             dtype=object))
 
 
 def _answer_cell(row: pd.Series) -> str:
-    """Verdict word (with a mark, so it reads without colour), advantage, 95 % CI; the margin an equivalence is
-    within; the seeds that would tell an inconclusive one."""
+    """The mark and the label in words, as over replicates (`verdict_sentences.cell`: "(uncorrected)" where Holm does
+    not keep it, "by more than the margin" or ", not shown beyond the margin", an equivalence "also above 0"), † (it
+    holds this run's choices fixed), the advantage and its 95 % CI over the seeds; the seeds that would tell an
+    inconclusive one."""
     if row["verdict"] == "undefined":
-        return VERDICT_MARKS["undefined"] + (f" (n = {row['n']} < 2)" if row["n"] < 2 else " (outside the values)")
-    cell = f"{VERDICT_MARKS[row['verdict']]}† {row['advantage']:+.2f} {ci_text(row['ci_lo'], row['ci_hi'])}"
-    if row["verdict"] == "equivalent":
-        cell += f" within ±{row['margin']:.2f}"
+        return VERDICT_MARKS["undefined"] + (f" (n = {row['n']} < 2 seeds)" if row["n"] < 2 else "")
+    text = cell(row["verdict"], row["advantage"], row["ci_lo"], row["ci_hi"], row["margin"], row.get("holm"), "†")
     if row["verdict"] == "inconclusive" and row["advantage"] != 0:
-        cell += "; > 1000 seeds to tell" if pd.isna(row["seeds_needed"]) else f"; ~{int(row['seeds_needed'])} seeds to tell"
-    return cell
+        text += ("; > 1000 seeds to tell" if pd.isna(row["seeds_needed"]) else
+                 f"; ~{int(row['seeds_needed'])} seeds to tell")
+    return text
 
 
-def answer_table(r: Regret) -> Table | None:
-    """The report's first table: rows the SILO variants, columns the Oracle and both controls (with their
-    max_lr), each cell the verdict, the advantage in points and its 95 % CI."""
-    data = r.verdict
-    if data.empty:
+def _held_out_lr(df: pd.DataFrame, name: str) -> str:
+    """A held-out constant's max_lr, from its own final chains ("" where they hold more than one value)."""
+    values = {lr_key(x) for x in final_rows(df, name)["max_lr"]}
+    return f" (max_lr {fmt_lr(values.pop())})" if len(values) == 1 else ""
+
+
+def compared_with(row: pd.Series, df: pd.DataFrame) -> str:
+    """What a family row compares SILO with, in words (`verdict_sentences.versus_name`: the best benchmark with the
+    benchmark it was); a held-out constant with its max_lr."""
+    name = versus_name(row["versus"], row.get("chosen"))
+    return name + (_held_out_lr(df, row["versus"]) if row["versus"] in (Method.CONSTANT_DENSE.value,
+                                                                        Method.CONSTANT_BEST.value) else "")
+
+
+SINGLE_RUN = ("† Every label is conditional on this run's choices (the dense choice, δ, b, silo_fit's study, each "
+              "benchmark's tuned peak, the held-out references' max_lr and which benchmark is the best): its interval "
+              "is over the evaluation seeds alone. Replicates of the whole study (compare --replicates R) measure "
+              "that noise.")
+
+
+def answer_table(r: Regret, df: pd.DataFrame) -> Table | None:
+    """The report's first table, the verdict's family end to end on the evaluation seeds (`r.end_to_end`): one row
+    per comparison (the Oracle's schedule held out, not adapting, the best constant, every benchmark, the best
+    benchmark naming which), one column per SILO variant; each cell worded as over replicates, with † (conditional
+    on this run's choices). The data: the family with `family_corrections`' columns. The note under it: which labels
+    hold across the family (`verdict_sentences.family_line`)."""
+    if r.end_to_end.empty:
         return None
-    names = {"oracle": "vs the Oracle",
-             "constant_dense": f"vs not adapting (max_lr {fmt_lr(r.control_lr('constant_dense'))})",
-             "constant_best": f"vs the best constant (max_lr {fmt_lr(r.control_lr('constant_best'))}, optimistic)"}
-    cells = pd.DataFrame([{"SILO": label(method), **{names[v]: _answer_cell(row) for v, row in
-                                                     rows.set_index("versus").iterrows()}}
-                          for method, rows in data.groupby("schedule", sort=False)])
-    n = int(data["n"].iloc[0])
-    margin = float(data["margin"].iloc[0])
-    verdict = (f"Does SILO beat not adapting (constant_dense: the Oracle's dense choice kept) and the best constant "
-               f"in hindsight (constant_best, optimistic), and how far is it from the Oracle? Validation accuracy on "
-               f"the Oracle's chain summed over cycles 1–{r.last}, SILO minus the other, in points with its 95 % CI, "
-               f"n = {n} tuning seeds. = equivalent: the CI lies inside ±{margin:.2f} points ({r.margin_per_cycle:g} "
-               f"per compared cycle, summed like the advantage; bounds inclusive), even where it excludes 0; "
-               f"otherwise ▲ better / ▼ worse: the CI excludes 0; ? inconclusive: neither. {len(data)} comparisons, "
-               f"not corrected for multiplicity. † These labels are conditional on this run's choices (the dense choice, "
-               f"δ, b, silo_fit's study); replicates of the whole study (compare --replicates R) measure that noise. "
-               + replicates_sentence(data))
-    return Table("answer", "The answer", cells, data, verdict)
+    data = family_corrections(r, df)
+    rows: dict[str, dict] = {}
+    for _, row in data.iterrows():
+        rows.setdefault(row["versus"], {"compared with": compared_with(row, df)})[label(row["schedule"])] = \
+            _answer_cell(row)
+    cells = pd.DataFrame(list(rows.values())).fillna(DASH)
+    seeds = sorted(set(int(n) for n in data["n"]))
+    n = (f"n = {seeds[0]} evaluation seeds" if len(seeds) == 1 else
+         f"n = {seeds[0]}–{seeds[-1]} evaluation seeds (a diverged chain leaves its seed out of its pairs)")
+    margins = ", ".join(sorted({f"±{m:.2f}" for m in data["margin"].dropna()}))
+    chosen = data.loc[data["versus"] == BEST_BENCHMARK, "chosen"]
+    best = (f"the benchmark its tuning seeds scored highest ({label(chosen.iloc[0])})" if len(chosen) and
+            chosen.iloc[0] else "the benchmark its tuning seeds scored highest")
+    verdict = (
+        "Does SILO beat the Oracle's schedule, not adapting, the best constant and every benchmark? Each SILO "
+        "variant's own final chains against those of the method of the row, end to end on this run's evaluation "
+        f"seeds, which made no choice: held-out test accuracy summed over cycles 1–{r.last} and paired per seed, "
+        f"SILO minus the other, in points with its 95 % t interval over the {n}. The Oracle's schedule (b at every "
+        "cycle), not adapting (the dense choice kept) and the best constant are the held-out references: final "
+        "chains on the evaluation seeds with their max_lr fixed on the tuning seeds; the best benchmark is "
+        f"{best}, chosen before its evaluation seeds were read. = equivalent: the interval lies inside the margin "
+        f"({margins} points: {r.margin_per_cycle:g} per compared cycle, summed like the advantage; bounds "
+        "inclusive); ▲ better / ▼ worse: it excludes 0, \"by more than the margin\" where it lies wholly beyond "
+        "it, \"not shown beyond the margin\" where it only excludes 0; ? inconclusive: neither, with the seeds that "
+        "would tell. \"(uncorrected)\": the label does not survive Holm's correction across the family's "
+        f"{len(data)} comparisons; a label without it does. {SINGLE_RUN} " + replicates_sentence(data))
+    note = family_line(data, count="n", where=", over this run's evaluation seeds")
+    return Table("answer", "The answer", cells, data, verdict, note=note)
 
 
 def replicates_sentence(data: pd.DataFrame) -> str:
@@ -503,26 +631,37 @@ def replicates_sentence(data: pd.DataFrame) -> str:
 
 
 def verdict_table(r: Regret) -> Table | None:
-    """tables/verdict.csv: each SILO variant against the Oracle and both controls."""
+    """tables/verdict.csv, the §5.3 diagnostic: each SILO variant's max_lr against the leave-one-out Oracle and both
+    controls on the Oracle's chain, over the tuning seeds; in-sample, not part of the verdict."""
     data = r.verdict
     if data.empty:
         return None
     cells = pd.DataFrame(_judgement_cells(data))
     cells.insert(1, "versus", data["versus"].map(schedule_label).replace({"oracle": "Oracle"}))
-    return Table("verdict", "Verdict: SILO against the Oracle and the controls", cells, data,
-                 " ".join(verdict_lines(r)))
+    return Table("verdict", "The §5.3 diagnostic: SILO against the Oracle and the controls on the Oracle's chain",
+                 cells, data, " ".join(verdict_lines(r)))
 
 
 def end_to_end_table(r: Regret) -> Table | None:
-    """tables/end_to_end.csv: each SILO variant's final chains against LR warmup's on the evaluation seeds."""
+    """tables/end_to_end.csv, the verdict's family in full: each SILO variant's own final chains against each of
+    `regret.FAMILY` on the evaluation seeds, with the seeds that would tell, n and the chains left out."""
     data = r.end_to_end
     if data.empty:
         return None
     cells = pd.DataFrame(_judgement_cells(data))
-    cells.insert(1, "versus", data["versus"].map(label))
-    cells["diverged (schedule / versus)"] = [f"{a} / {b}" for a, b in zip(data["diverged"], data["versus_diverged"])]
-    return Table("end_to_end", "End to end: final chains against LR warmup (test accuracy)", cells, data,
-                 end_to_end_line(r))
+    cells.insert(1, "versus", [versus_name(v, c) for v, c in zip(data["versus"], data["chosen"])])
+    cells["diverged (SILO / versus)"] = [f"{a} / {b}" for a, b in zip(data["diverged"], data["versus_diverged"])]
+    verdict = (f"Every comparison of the answer with its numbers: each SILO variant's own final chains against the "
+               f"method of the row, end to end on the evaluation seeds both ran (held-out test accuracy summed over "
+               f"cycles 1–{r.last} and paired per seed, SILO minus the other, with its 95 % t interval over the n "
+               "seeds), labelled against the margin; seeds needed: the evaluation seeds that would exclude 0 with 80 % "
+               "power at the observed effect; diverged: the seeds whose chain diverged at a cycle ≤ "
+               f"{r.last}, left out of the pairs. The labels here are each at 95 %, uncorrected; the answer says which "
+               "hold across the family (Holm).")
+    return Table("end_to_end", END_TO_END_TITLE, cells, data, verdict)
+
+
+END_TO_END_TITLE = "End to end: the verdict's family in full (held-out test accuracy)"
 
 
 def regret_table(df: pd.DataFrame, r: Regret) -> Table | None:
@@ -542,7 +681,8 @@ def regret_table(df: pd.DataFrame, r: Regret) -> Table | None:
              f"{group.loc[c, 'regret']:+.2f} {ci_text(group.loc[c, 'ci_lo'], group.loc[c, 'ci_hi'])}" for c in cycles],
             pd.Series(cycles), first)
     n = int(data["n"].iloc[0])
-    verdict = (f"Regret in validation-accuracy points against a leave-one-out Oracle on its chain, mean and 95 % CI "
-               f"over n = {n} tuning seeds; – where undefined; * cycle 0 (shown, not summed) and a SILO variant's "
-               "cycles ≤ q (it keeps ε).")
-    return Table("regret", "Regret per cycle", _by_density(rows, lam.reindex(cycles)), data, verdict)
+    verdict = (f"The §5.3 diagnostic, {DIAGNOSTIC}. Regret in validation-accuracy points against a leave-one-out "
+               f"Oracle on its chain, mean and 95 % CI over n = {n} tuning seeds; – where undefined; * cycle 0 "
+               "(shown, not summed) and a SILO variant's cycles ≤ q (it keeps ε).")
+    return Table("regret", "Regret per cycle on the Oracle's chain", _by_density(rows, lam.reindex(cycles)), data,
+                 verdict)

@@ -14,7 +14,8 @@ from trainables.schedules import SiloParams
 from trainables.spec import ExperimentSpec, SpecError
 
 # The flags written by hand, each because it is not one field (cli.py says why beside each).
-BY_HAND = {"-h", "--help", "--density-target", "--batches", "--preset", "--no-amp", "--address", "--callback", "--config", "--print-config",
+BY_HAND = {"-h", "--help", "--preset", "--no-amp", "--address", "--callback", "--config", "--print-config",
+           "--density-target", "--batches",  # premise's own
            "--epsilon-range", "--delta-range", "--q-range", "--beta-range", "--dry-run", "--seconds-per-epoch",
            "--slots", "--out", "--max-lr", "--cycle", "--start", "--json",
            "--densities", "--latex"}  # paper-table's own inputs: no spec or options field
