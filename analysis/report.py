@@ -25,6 +25,7 @@ from analysis.tables import (END_TO_END_TITLE, Table, accuracy_table, answer_tab
                              oracle_table, racing_table, regret_table, seed_table, statistics_source, statistics_table,
                              values_table, verdict_table)
 from analysis.verdict_sentences import DIAGNOSTIC
+from oracle_search.curve import DuplicateRows
 from oracle_search.racing import read_racing
 from oracle_search.schema import REQUIRED, read_results, results_frame
 from trainables.atomic import atomic_write_bytes
@@ -173,10 +174,15 @@ def _silo_paper_note(out_dir: Path) -> str | None:
     return line + f". **δ is not bracketed: {sp['delta_open']}**, so a better δ may lie beyond what was tried."
 
 
-def _oracle_options(spec: dict | None, out_dir: Path | None) -> dict:
-    """The spec's grid and the Oracle's recorded options (`refine`, `bracket`), for the exhaustive Oracle's plan."""
+def _oracle_cost(df: pd.DataFrame, spec: dict | None, out_dir: Path | None) -> premises.OracleCost | None:
+    """What the run's Oracle cost and the exhaustive Oracle it stands for (`premises.OracleCost`), planned on the
+    spec's grid and the Oracle's recorded options (`refine`, `bracket`); None without an Oracle chain to plan along
+    (or one whose rows cannot form a curve: the cost is then said against the Oracle as run alone)."""
     options = (recorded_oracle(out_dir) if out_dir is not None else None) or OracleOptions()
-    return {"grid": (spec or {}).get("grid"), "refine": options.refine, "bracket": options.bracket}
+    try:
+        return premises.OracleCost.of(df, (spec or {}).get("grid"), options.refine, options.bracket)
+    except DuplicateRows:
+        return None
 
 
 def _summary_section(df: pd.DataFrame, spec: dict | None, tol: float, r: Regret, out_dir: Path) -> Section:
@@ -195,7 +201,7 @@ def _summary_section(df: pd.DataFrame, spec: dict | None, tol: float, r: Regret,
     after += premises.sentences(premises.findings(df, (spec or {}).get("grid")))
     if (nothing := premises.nothing_to_find({"run": df}, r.margin_per_cycle)) is not None:
         after.append(nothing)
-    if (table := cost_table(df, **_oracle_options(spec, out_dir))) is not None:
+    if (table := cost_table(df, _oracle_cost(df, spec, out_dir))) is not None:
         after.append(table.verdict)
     after += [n for n in (_silo_paper_note(out_dir), _silo_fit_note(out_dir)) if n is not None]
     if (table := accuracy_table(df)) is not None:
@@ -227,7 +233,7 @@ def _accuracy_section(df: pd.DataFrame) -> Section:
 
 def _cost_section(df: pd.DataFrame, spec: dict | None = None, out_dir: Path | None = None) -> Section:
     section = Section("Cost")
-    table = cost_table(df, **_oracle_options(spec, out_dir))
+    table = cost_table(df, _oracle_cost(df, spec, out_dir))
     if table is None:
         section.notes.append("No trainings: cost table left out.")
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -12,7 +13,8 @@ import numpy as np
 from analysis.intervals import count_inside, oracle_intervals, seed_intervals
 from analysis.regret import BEST_BENCHMARK, Regret
 from analysis.replicates import HELD
-from analysis.select import cost_rows, densities, label, methods, schedule_label, silo_params
+from analysis.select import (COST_STAGES, DEFAULT_STAGES, cost_rows, densities, label, methods, schedule_label,
+                             silo_params)
 from oracle_search.compared import final_rows, last_cycle, oracle_trials
 from analysis.verdict_sentences import (DASH, DIAGNOSTIC, VERDICT_MARKS, cell, ci_text, family_line, fmt_lr,
                                         verdict_lines, versus_name)
@@ -340,11 +342,10 @@ def best_per_density(df: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
-def cost_table(df: pd.DataFrame, grid: list[float] | None = None, refine: int = 3,
-               bracket: bool = True) -> Table | None:
+def cost_table(df: pd.DataFrame, oracle: Any = None) -> Table | None:
     """(c) Per method: trainings actually run (reused ones are free), epochs, device-hours, last-cycle accuracy;
-    said against both Oracles (`cost_sentence`). `grid`, `refine`, `bracket`: the spec's grid and the Oracle's
-    options, for the exhaustive Oracle's plan (`premises.OracleCost`)."""
+    said against both Oracles (`cost_sentence`; `oracle`: the run's `premises.OracleCost`, the report's, which
+    reads the spec's grid and the Oracle's options)."""
     last = last_cycle(df)
     records = []
     for m in methods(df):
@@ -369,7 +370,7 @@ def cost_table(df: pd.DataFrame, grid: list[float] | None = None, refine: int = 
         f"test acc. at λ = {fmt_density(densities(df)[last])}": data["last_cycle_test_acc"].map(
             lambda a: DASH if pd.isna(a) else f"{a:.2f}"),
     })
-    return Table("cost", "Cost", cells, data, cost_sentence(df, grid, refine, bracket) + _unused_finals(df))
+    return Table("cost", "Cost", cells, data, cost_sentence(df, oracle) + _unused_finals(df))
 
 
 def _spent(df: pd.DataFrame, method: str, stages: tuple[str, ...]) -> pd.DataFrame:
@@ -381,25 +382,31 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.0f} %"
 
 
-def cost_sentence(df: pd.DataFrame, grid: list[float] | None = None, refine: int = 3, bracket: bool = True) -> str:
-    """What SILO cost against both Oracles, as the report over replicates says it: the Oracle as run (racing by
-    default) and the exhaustive Oracle it stands for (`premises.OracleCost`: its plan along this run's chain to the
-    plan at most; one Oracle where it ran exhaustive); each SILO variant's own search (silo_paper's δ search,
-    silo_fit's study) apart from its final chains (what the SILO schedule itself costs); and the held-out
-    references' trainings, what the end-to-end verdict adds, on a line of their own."""
-    from analysis.premises import SEARCH, OracleCost  # premises reads this module's tables: imported when called
+# What a SILO variant's own search is called (its cost stages but "final": silo_paper's "tune", silo_fit's "fit").
+SEARCH_WORDS = {Method.SILO_PAPER.value: "its δ search", Method.SILO_FIT.value: "its study"}
 
-    oracle_rows = _spent(df, Method.ORACLE.value, (Stage.GRID.value, Stage.REFINE.value))
-    silo = [m for m in SILO_METHODS if not _spent(df, m, (SEARCH[m][0], Stage.FINAL.value)).empty]
+
+def _search_stages(method: str) -> tuple[str, ...]:
+    return tuple(s for s in COST_STAGES.get(method, DEFAULT_STAGES) if s != Stage.FINAL.value)
+
+
+def cost_sentence(df: pd.DataFrame, oracle: Any = None) -> str:
+    """What SILO cost against both Oracles, as the report over replicates says it: the Oracle as run (racing by
+    default) and the exhaustive Oracle it stands for (`oracle`, the run's `premises.OracleCost`: its plan along this
+    run's chain to the plan at most; one Oracle where it ran exhaustive; without it, the Oracle as run alone); each
+    SILO variant's own search (silo_paper's δ search, silo_fit's study) apart from its final chains (what the SILO
+    schedule itself costs); and the held-out references' trainings, what the end-to-end verdict adds, on a line of
+    their own."""
+    oracle_rows = _spent(df, Method.ORACLE.value, COST_STAGES[Method.ORACLE.value])
+    silo = [m for m in SILO_METHODS if not _spent(df, m, COST_STAGES.get(m, DEFAULT_STAGES)).empty]
     if oracle_rows.empty or not oracle_rows["epochs"].sum() > 0 or not silo:
         return "No SILO or no Oracle rows: no cost comparison."
     epochs, seconds = int(oracle_rows["epochs"].sum()), float(oracle_rows["seconds"].sum())
-    oracle = OracleCost.of(df, grid, refine, bracket)
     racing = oracle is not None and oracle.racing
     run = "racing Oracle" if racing else "Oracle"
 
     def shares(part: int) -> str:
-        said = f"{_pct(part, epochs)} of the {run}'s epochs as run"
+        said = f"{_pct(part, epochs)} of the {run}'s"
         return said + (f", {oracle.share(part / oracle.per_training)} of the exhaustive one's" if racing else "")
 
     if racing:
@@ -409,12 +416,12 @@ def cost_sentence(df: pd.DataFrame, grid: list[float] | None = None, refine: int
                 f"{round(oracle.high * per):,} epochs at the racing Oracle's epochs per training: its plan along this "
                 "run's chain with this run's refinements, and the plan at most)")
     else:
-        ran = "exhaustive, " if oracle is not None else ""
+        ran = "exhaustive: " if oracle is not None else ""
         head = f"Against the Oracle as run ({ran}{len(oracle_rows):,} trainings, {epochs:,} epochs)"
     parts = []
     for m in silo:
-        stage, what = SEARCH[m]
-        search, finals = _spent(df, m, (stage,)), _spent(df, m, (Stage.FINAL.value,))
+        what = SEARCH_WORDS.get(m, "its search")
+        search, finals = _spent(df, m, _search_stages(m)), _spent(df, m, (Stage.FINAL.value,))
         s_epochs, f_epochs = int(search["epochs"].sum()), int(finals["epochs"].sum())
         total = s_epochs + f_epochs
         hours = float(search["seconds"].sum() + finals["seconds"].sum())
@@ -638,7 +645,7 @@ def verdict_table(r: Regret) -> Table | None:
         return None
     cells = pd.DataFrame(_judgement_cells(data))
     cells.insert(1, "versus", data["versus"].map(schedule_label).replace({"oracle": "Oracle"}))
-    return Table("verdict", "The §5.3 diagnostic: SILO against the Oracle and the controls on the Oracle's chain",
+    return Table("verdict", "SILO against the Oracle and the controls on the Oracle's chain (in-sample)",
                  cells, data, " ".join(verdict_lines(r)))
 
 
