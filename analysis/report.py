@@ -28,6 +28,7 @@ from analysis.verdict_sentences import DIAGNOSTIC
 from oracle_search.curve import DuplicateRows
 from oracle_search.racing import read_racing
 from oracle_search.schema import REQUIRED, read_results, results_frame
+from oracle_search.sessions import FINISHED, measured
 from trainables.atomic import atomic_write_bytes
 from oracle_search.selection import TOLERANCE
 from oracle_search.statistics import MARGIN_PER_CYCLE
@@ -382,7 +383,9 @@ def _with_options(spec: dict | None, out_dir: Path) -> dict | None:
 
 
 def estimate_note(out: Path) -> str | None:
-    """The report's line: the estimate made before the run next to the time it took."""
+    """The report's line: the estimate made before the run next to the time it took, summed over the run's
+    sessions (its first run and every resume, `oracle_search.sessions`), since the estimate is the whole job's.
+    Compared only when every session was recorded and none runs."""
     path = Path(out) / ESTIMATE_FILE
     if not path.exists():
         return None
@@ -391,7 +394,21 @@ def estimate_note(out: Path) -> str | None:
     line = (f"Estimated before the run ({r['command']}{replicates}, {r['precision']}, {r['slots']} slot(s), "
             f"{r['seconds_per_epoch']:.4g} s per epoch, {r['source'].split(':')[0]}): "
             f"{duration(r['seconds'])} of training, at most {duration(r['seconds_at_most'])}")
-    if r.get("finished") and r.get("started"):
-        took = r["finished"] - r["started"]
-        line += f"; measured: {duration(took)} ({took / r['seconds']:.2f}x the estimate)"
-    return line + "."
+    m = measured(out)
+    if m is None:
+        return line + "."
+    killed = f"; {m.lost} session(s) left no end (killed): counted to their last finished training" if m.lost else ""
+    if m.running:
+        return line + f"; measured so far (still running, {m.sessions} session(s)): {duration(m.seconds)}{killed}."
+    if m.ended != FINISHED:
+        return line + (f"; measured: {duration(m.seconds)} over {m.sessions} session(s), the last of which stopped "
+                       f"before the run finished: not compared with the whole job's estimate{killed}.")
+    if not m.complete:
+        return line + (f"; resumed {m.resumed} time(s), {m.unrecorded} of its sessions from before sessions were "
+                       f"recorded (OUT/tune's experiments): measured over the last {m.sessions} only, "
+                       f"{duration(m.seconds)}, not compared with the whole job's estimate{killed}.")
+    ratio = f"{m.seconds / r['seconds']:.2f}x the estimate" if r.get("seconds") else "no estimate to compare"
+    if m.sessions == 1:
+        return line + f"; measured: {duration(m.seconds)} ({ratio}){killed}."
+    resumed = f"; resumed {m.resumed} time(s)" if m.resumed else ""
+    return line + f"{resumed}; measured over all {m.sessions} sessions: {duration(m.seconds)} ({ratio}){killed}."

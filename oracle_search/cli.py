@@ -657,6 +657,9 @@ def build_parser() -> Parser:
     c.add_argument("--batches", type=int, default=10, help="training batches each σ pools (default 10)")
     c.add_argument("--out", required=True, help="folder for premise.csv, premise.png and premise.md")
     c.set_defaults(run=cmd_premise)
+    from oracle_search.status import add_parser as add_status  # `status` DIR: its parser and command, all light
+
+    add_status(sub)
     return p
 
 

@@ -49,6 +49,7 @@ from oracle_search.config import ORACLE_MODES
 from oracle_search.delta import DELTA_VALUES, ROUNDS, DeltaPlan
 from oracle_search.fusion import fusable, fuse_size
 from oracle_search.options import positive_seconds
+from oracle_search import sessions
 from oracle_search.racing import MOST_NEW_VALUES_PER_ROUND, TuningPlan
 from oracle_search.schema import BASELINES, HELD_OUT, Method, Stage
 from oracle_search.simulate import SPREAD
@@ -535,7 +536,9 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
 def write_expected(out: Path, command: str, spec: ExperimentSpec, options, address: str | None,
                    seconds_per_epoch: float | None, say) -> None:
     """OUT/estimate.json: the cost expected before the run, for the report; for replicates, the cost of R
-    interleaved studies, timed once."""
+    interleaved studies, timed once. A driver's session on OUT starts here, estimate or not (`sessions.start`:
+    the run's time is summed over its first run and every resume)."""
+    sessions.start(out)
     try:
         found = estimate(command, spec, options, address, seconds_per_epoch)
     except Exception as err:  # an estimate is a courtesy: the run goes on without one
@@ -558,12 +561,15 @@ def standin_source(t: dict, spec: ExperimentSpec, standin: StandIn, where: str) 
 
 
 def write(out: Path, found: Estimate) -> None:
-    """OUT/estimate.json at the start of a real run, with the time it started."""
+    """OUT/estimate.json at the start of a real run, with the time it started (this session's: every session's
+    start and end are in OUT/sessions.json, `sessions`)."""
     atomic_write_json(Path(out) / ESTIMATE_FILE, found.record() | {"started": time.time(), "finished": None})
 
 
 def finish(out: Path) -> None:
-    """Record when the run that wrote OUT/estimate.json ended, for the report's comparison."""
+    """Record when the run that wrote OUT/estimate.json ended, for the report's comparison: the session's end
+    (`sessions.end`), and estimate.json's `finished` (the last session's, as before sessions were recorded)."""
+    sessions.end(out)
     path = Path(out) / ESTIMATE_FILE
     if path.exists():
         record = json.loads(path.read_text())

@@ -1,5 +1,10 @@
 """What a run shows while it runs: one line per finished trial, a live status line (redrawn on a terminal,
-periodic plain lines otherwise), and a failing trial's traceback at its first failure."""
+periodic plain lines otherwise), and a failing trial's traceback at its first failure.
+
+The live line's ETA is the whole plan's, as `oracle-search status` gives it (`status.Pace`): the plan's typical
+trainings not done yet × the measured seconds per training / the slots, read from the run's estimate.json and
+ledger. Where a driver has no plan (fit-silo, baselines, an estimate that failed) it is that of the trials queued
+now, and says so."""
 from __future__ import annotations
 
 import re
@@ -12,6 +17,9 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from ray import tune
+
+from oracle_search import sessions
+from oracle_search.status import Eta, Pace
 
 TTY_INTERVAL, PLAIN_INTERVAL = 0.5, 30.0  # seconds between redraws / between plain status lines
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its error headers
@@ -27,9 +35,10 @@ class Status:
     failed: int = 0
     cycles: dict[str, tuple[int, ...]] = field(default_factory=dict)  # method -> cycles running or pending
     since_first_start: float | None = None  # seconds since the first trial of this experiment started
+    plan: Eta | None = None  # the whole plan's time left (`status.Pace`), where the run has a plan
 
     def eta(self) -> float | None:
-        """Seconds until the queued trials are done, at the throughput seen so far."""
+        """Seconds until the queued trials are done, at the throughput seen so far (without a plan)."""
         if not self.finished or not self.since_first_start:
             return None
         return (self.running + self.pending) * self.since_first_start / self.finished
@@ -117,8 +126,13 @@ class Progress:
                  f"finished {status.finished}" + (f" ({status.failed} failed)" if status.failed else "")]
         if status.cycles:
             parts.append(", ".join(f"{m} {_cycles(c)}" for m, c in sorted(status.cycles.items())))
-        eta = status.eta()
-        parts.append(f"ETA {clock(eta)}" if eta is not None else "ETA ?")
+        if status.plan is not None:
+            left = status.plan.left
+            parts.append(f"ETA {clock(status.plan.seconds)} (whole plan, ~{left:,} trainings left)" if left else
+                         f"the plan's typical trainings done (at most {clock(status.plan.seconds_most)} more)")
+        else:
+            eta = status.eta()
+            parts.append(f"ETA {clock(eta)} (queued trials)" if eta is not None else "ETA ?")
         return f"  [{self.elapsed()}] " + " · ".join(parts)
 
     def watch(self, status: Callable[[], Status]) -> None:
@@ -200,8 +214,13 @@ class _Watch(tune.Callback):
         self.progress, self.tags, self.queued = progress, tags, queued
         self.trials: list = []
         self.first_start: float | None = None
+        self.pace: Pace | None = None
 
     def setup(self, **info) -> None:
+        # The run's plan: the folder whose session this process's driver started after this progress began
+        # (`estimate.write_expected` starts it), None for a driver without one (fit-silo, baselines).
+        if (folder := sessions.current(since=self.progress.started)) is not None:
+            self.pace = Pace(folder)
         self.progress.watch(self.status)
 
     def on_step_end(self, iteration, trials, **info) -> None:
@@ -232,7 +251,8 @@ class _Watch(tune.Callback):
         since = time.monotonic() - self.first_start if self.first_start is not None else None
         return Status(running=counts["RUNNING"], pending=counts["PENDING"] + self.queued(),
                       finished=counts["TERMINATED"], failed=counts["ERROR"],
-                      cycles={m: tuple(sorted(c)) for m, c in cycles.items()}, since_first_start=since)
+                      cycles={m: tuple(sorted(c)) for m, c in cycles.items()}, since_first_start=since,
+                      plan=self.pace.eta() if self.pace is not None else None)
 
     def _failed(self, trial, retrying: bool) -> None:
         self.progress.failure(trial.config["trial"]["key"], latest_error(trial.error_file), trial.num_failures,

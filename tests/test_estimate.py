@@ -11,12 +11,13 @@ import math
 import os
 import random
 import re
+import time
 from pathlib import Path
 
 import pytest
 
 from analysis.report import estimate_note
-from oracle_search import estimate, racing
+from oracle_search import estimate, racing, sessions
 from oracle_search.cli import main
 from oracle_search.fusion import pack
 from oracle_search.runner import Runner, Started
@@ -24,6 +25,7 @@ from oracle_search.simulate_job import simulate
 from oracle_search.racing import OracleSearch
 from oracle_search.cluster import trial_slots
 from oracle_search.estimate import ESTIMATE_FILE
+from oracle_search.lock import LOCK_NAME, Owner
 from oracle_search.oracle import run_oracle
 from oracle_search.pipeline import CompareOptions, FitOptions, OracleOptions
 from oracle_search.progress import Progress
@@ -348,17 +350,137 @@ def test_bad_seconds_per_epoch_exits_2_naming_the_option(tmp_path, capsys, bad):
 
 
 def test_report_note_puts_the_estimate_next_to_the_time_taken(tmp_path):
+    """On an estimate.json as runs wrote it before sessions were recorded (`started`, `finished`): one session."""
     found = estimate.estimate("oracle", SPEC, OPTIONS.oracle, None, seconds_per_epoch=0.5)
     estimate.write(tmp_path, found)
     record = json.loads((tmp_path / ESTIMATE_FILE).read_text())
     seconds = HAND_TYPICAL["oracle"] * 30 * 0.5 / 2
     assert record["seconds"] == pytest.approx(seconds)
-    assert "measured" not in estimate_note(tmp_path)
+    assert "x the estimate" not in estimate_note(tmp_path)  # started, never finished: not compared
+    assert "stopped before the run finished" in estimate_note(tmp_path)
     record["started"] -= 1000.0  # a run that took 1000 s (plus the moment until finish())
     (tmp_path / ESTIMATE_FILE).write_text(json.dumps(record))
     estimate.finish(tmp_path)
     note = estimate_note(tmp_path)
     assert f"({seconds:,.0f} s) of training" in note and "measured: 16.7 min (1,000 s)" in note
+    assert f"({1000 / seconds:.2f}x the estimate)" in note and "resumed" not in note
+
+
+def _shift(out: Path, index: int, started: float, finished: float | None = None) -> None:
+    """Move session `index` of OUT/sessions.json to `started` (and `finished`), as if it ran then, in a process
+    of its own (a resume)."""
+    record = json.loads((out / sessions.SESSIONS_FILE).read_text())
+    record["sessions"][index] |= {"started": started, "pid": 1000 + index}
+    if finished is not None:
+        record["sessions"][index]["finished"] = finished
+    (out / sessions.SESSIONS_FILE).write_text(json.dumps(record))
+
+
+def _estimate_json(out: Path, seconds: float = 1800.0) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / ESTIMATE_FILE).write_text(json.dumps({
+        "command": "compare", "precision": "fp32", "slots": 2, "seconds_per_epoch": 0.5, "source": "given",
+        "phases": [], "replicates": 1, "seconds": seconds, "seconds_at_most": 2 * seconds,
+        "started": None, "finished": None}))  # the session's times are sessions.json's
+
+
+def test_a_resumed_run_is_measured_over_all_its_sessions(tmp_path):
+    """Three sessions: the first killed (SIGKILL: no end recorded; closed by the next start at its last training),
+    the second interrupted (closed at its process's exit), the third finished: 300 + 200 + 400 s, against the
+    whole job's estimate (1800 s), and the report says it was resumed twice."""
+    out = tmp_path / "run"
+    _estimate_json(out)
+    (out / "ledger").mkdir()
+    t0 = time.time() - 5000
+    sessions.start(out)
+    _shift(out, 0, t0)
+    last = out / "ledger" / "oracle-grid-c00-s0-lr0.1.json"
+    last.write_text("{}")
+    os.utime(last, (t0 + 300, t0 + 300))  # its last training ended 300 s in; then it was killed
+    sessions.start(out)  # the resume
+    found = sessions.read(out)
+    assert [s["ended"] for s in found] == [sessions.LOST, None]
+    assert found[0]["finished"] == pytest.approx(t0 + 300)
+    _shift(out, 1, t0 + 1000)
+    sessions._at_exit(out.resolve(), found[1]["token"])  # interrupted: its process's exit closes it ...
+    _shift(out, 1, t0 + 1000, t0 + 1200)  # ... 200 s in
+    assert sessions.read(out)[1]["ended"] == sessions.STOPPED
+    note = estimate_note(out)
+    assert "stopped before the run finished: not compared" in note and "over 2 session(s)" in note
+    sessions.start(out)
+    _shift(out, 2, time.time() - 400)
+    estimate.finish(out)
+    assert [s["ended"] for s in sessions.read(out)] == [sessions.LOST, sessions.STOPPED, sessions.FINISHED]
+    m = sessions.measured(out)
+    assert m.seconds == pytest.approx(900, abs=2) and (m.sessions, m.resumed, m.lost) == (3, 2, 1)
+    note = estimate_note(out)
+    assert "; resumed 2 time(s); measured over all 3 sessions: 15.0 min (900 s) (0.50x the estimate)" in note
+    assert "1 session(s) left no end (killed): counted to their last finished training" in note
+
+
+def test_a_running_session_counts_to_now_and_is_not_compared(tmp_path):
+    out = tmp_path / "run"
+    _estimate_json(out)
+    sessions.start(out)
+    _shift(out, 0, time.time() - 120)
+    (out / LOCK_NAME).write_text(Owner.me("oracle-search compare").dump())  # this process: a live driver
+    m = sessions.measured(out)
+    assert m.running and m.seconds == pytest.approx(120, abs=2)
+    assert "measured so far (still running, 1 session(s)): 2.0 min" in estimate_note(out)
+
+
+def test_a_legacy_run_resumed_before_sessions_were_recorded_is_not_compared(tmp_path):
+    """An estimate.json of the old kind, whose run was resumed: its Tune folder holds an experiment (an engine
+    start) from before the estimate's `started`: only the last session was timed, so no ratio."""
+    out = tmp_path / "run"
+    _estimate_json(out)
+    record = json.loads((out / ESTIMATE_FILE).read_text())
+    started = time.time() - 2000
+    (out / ESTIMATE_FILE).write_text(json.dumps(record | {"started": started, "finished": started + 600}))
+    stamp = lambda t: time.strftime("%Y%m%d-%H%M%S", time.localtime(t))  # noqa: E731
+    for t, pid in ((started - 3600, 111), (started + 20, 222)):  # an earlier session's engine, and this one's
+        (out / "tune" / f"tiny-{stamp(t)}-{pid}").mkdir(parents=True)
+    m = sessions.measured(out)
+    assert (m.sessions, m.unrecorded, m.resumed, m.complete) == (1, 1, 1, False)
+    note = estimate_note(out)
+    assert "resumed 1 time(s), 1 of its sessions from before sessions were recorded" in note
+    assert "measured over the last 1 only, 10.0 min (600 s), not compared" in note and "x the estimate" not in note
+    (out / "tune" / f"tiny-{stamp(started - 3600)}-111").rmdir()
+    assert "measured: 10.0 min (600 s) (0.33x the estimate)." in estimate_note(out)
+
+
+def test_the_waves_of_one_driver_are_sessions_but_not_resumes(tmp_path):
+    """`compare --replicates auto` runs a compare per wave in one process: each is a session, none a resume."""
+    out = tmp_path / "run"
+    _estimate_json(out, seconds=600.0)
+    for wave in range(2):
+        sessions.start(out)
+        record = json.loads((out / sessions.SESSIONS_FILE).read_text())
+        record["sessions"][wave]["started"] -= 300.0
+        (out / sessions.SESSIONS_FILE).write_text(json.dumps(record))
+        estimate.finish(out)
+    m = sessions.measured(out)
+    assert (m.sessions, m.starts, m.resumed) == (2, 1, 0) and m.seconds == pytest.approx(600, abs=2)
+    note = estimate_note(out)
+    assert "; measured over all 2 sessions: 10.0 min (600 s) (1.00x the estimate)." in note and "resumed" not in note
+
+
+def test_a_session_starts_even_where_the_estimate_fails(tmp_path, monkeypatch):
+    def fails(*a, **k):
+        raise RuntimeError("no probe here")
+
+    monkeypatch.setattr(estimate, "estimate", fails)
+    said = []
+    estimate.write_expected(tmp_path, "compare", SPEC, OPTIONS, None, None, said.append)
+    assert said == ["estimate: not available (RuntimeError: no probe here)"]
+    assert [s["ended"] for s in sessions.read(tmp_path)] == [None]
+    assert sessions.current() == tmp_path.resolve()
+    estimate.finish(tmp_path)
+    assert [s["ended"] for s in sessions.read(tmp_path)] == [sessions.FINISHED] and sessions.current() is None
+
+
+def test_the_sessions_module_names_the_estimates_file():
+    assert sessions.ESTIMATE_FILE == ESTIMATE_FILE
 
 
 @pytest.mark.slow

@@ -20,7 +20,9 @@ from oracle_search import cli
 from oracle_search.identity import Training
 from oracle_search.runner import Runner
 from oracle_search.ledger import Ledger
+from oracle_search import sessions
 from oracle_search.progress import Progress, Status
+from oracle_search.status import Eta
 from trainables.presets import PRESETS
 from trainables.tune_adapter import cycle_trainable
 
@@ -49,6 +51,36 @@ def test_status_line_shows_counts_cycles_of_each_driver_and_eta():
     assert "oracle c3, silo c1-2" in line
     assert "ETA 01:00" in line  # 6 trials left at 3 trials per 30 s
     assert "ETA ?" in p.status_line(Status(running=1))  # nothing finished yet: no estimate
+    assert "ETA 01:00 (queued trials)" in line  # a driver without a plan says what its ETA covers
+
+
+def test_the_live_eta_is_the_whole_plans_not_the_queued_trials(tmp_path):
+    """Where the driver started a session with a plan (estimate.json), the live line's ETA is `status`'s: the
+    plan's typical trainings left × the measured seconds per training / the slots, whatever is queued."""
+    p = Progress(io.StringIO())
+    plan = Eta(left=15, left_most=29, per_training=8.0, slots=2)
+    line = p.status_line(Status(running=2, pending=1, finished=3, since_first_start=30.0, plan=plan))
+    assert "ETA 01:00 (whole plan, ~15 trainings left)" in line and "queued" not in line
+    done = p.status_line(Status(running=1, finished=3, plan=Eta(0, 3, 8.0, 2)))
+    assert "the plan's typical trainings done (at most 00:12 more)" in done
+    out = tmp_path / "run"
+    (out / "ledger").mkdir(parents=True)
+    (out / "estimate.json").write_text(json.dumps({"command": "oracle", "slots": 2, "phases": [
+        {"name": "oracle", "typical": 10, "most": 20}]}))
+    (out / "ledger" / "a.json").write_text(json.dumps({"key": "a", "method": "oracle", "stage": "grid",
+                                                       "training": "a", "seconds": 8.0}))
+    sessions.start(out)  # what estimate.write_expected does, after the driver's progress began
+    try:
+        for progress, paced in ((p, True), (Progress(io.StringIO()), False)):  # a later progress: not its run
+            watch = progress.callback(lambda key: {}, lambda: 0)
+            watch.setup()
+            try:
+                seen = watch.status().plan
+            finally:
+                progress.unwatch()
+            assert (seen == Eta(9, 19, 8.0, 2)) if paced else seen is None
+    finally:
+        sessions.end(out)
 
 
 def test_a_terminal_gets_one_redrawn_line_and_every_trial_line_stays():
