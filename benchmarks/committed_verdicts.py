@@ -5,7 +5,8 @@ the best constant: only their benchmark rows are defined. Runs made before each 
 (2026-12-02) share one split and one MNIST-1D generation seed across replicates.
 
 Usage (repo root): python benchmarks/committed_verdicts.py [RUN ...]   (default: the committed runs below)
-A RUN is a replicated folder (replicates.json) or one run folder; prints one markdown table. Trains nothing."""
+A RUN is a replicated folder (replicates.json) or one run folder; prints one markdown table, then a count.
+Trains nothing. `--smoke`: one committed run (tests/test_benchmarks.py)."""
 from __future__ import annotations
 
 import json
@@ -45,6 +46,7 @@ def verdict(run: Path):
 
 
 def main(runs: list[str]) -> None:
+    rows = 0
     print("| run | R | SILO | compared with | per replicate | mean [95 % t] | label |")
     print("|---|---|---|---|---|---|---|")
     for name in runs:
@@ -60,7 +62,10 @@ def main(runs: list[str]) -> None:
             held = "" if row["holm"] is None or str(row["holm"]) in ("<NA>", "nan") else f" (Holm: {row['holm']})"
             print(f"| {name} | {row['replicates']} | {row['schedule']} | {VERSUS.get(row['versus'], row['versus'])} "
                   f"| {cells} | {interval} | {row['verdict']}{held} |")
+            rows += 1
+    print(f"committed_verdicts: {rows} comparisons over {len(runs)} run(s)")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or COMMITTED)
+    args = sys.argv[1:]
+    main(COMMITTED[1:2] if args == ["--smoke"] else args or COMMITTED)

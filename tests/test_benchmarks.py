@@ -16,6 +16,7 @@ from conftest import ROOT
 N = r"\d+\.\d\d"  # a number printed with two decimals
 # The last line of each benchmark's output; a new script in benchmarks/ fails here until it has an entry.
 LAST_LINE = {
+    "committed_verdicts.py": r"committed_verdicts: \d+ comparisons over \d+ run\(s\)",
     "cpu_amp.py": rf"MLP training step, one thread, batch 128: float32 {N} ms, bf16 autocast {N} ms; "
                   rf"fp32 / bf16 = {N}",
     "delta_search.py": r"delta_search: the same δ as the earlier rule on \d+ of \d+ runs, within the run's bracket on "
