@@ -326,7 +326,7 @@ def html_page(title: str, spec: dict | None, sections: list[Section]) -> str:
         for t in s.tables:
             tables += [f"<h3>{e(t.title)}</h3>"] * (t.title != s.title)
             tables += [f"<p class=\"verdict\">{e(t.verdict)}</p>", render.html(t.cells, t.bold)]
-            tables += [f"<p>{e(t.note)}</p>"] * bool(t.note)
+            tables += [f"<p>{e(part)}</p>" for part in t.note.split("\n\n") if part]  # paragraphs
         plots = [f"<figure><img alt=\"{e(p.caption)}\" src=\"data:image/png;base64,"
                  f"{base64.b64encode(p.png).decode()}\"><figcaption>{e(p.caption)}</figcaption></figure>"
                  for p in s.plots]

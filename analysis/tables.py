@@ -26,7 +26,8 @@ from oracle_search.statistics import ALPHA, half_width, holm, mean_interval, p_v
 @dataclass(frozen=True)
 class Table:
     """Display cells (first column holds row labels), the numbers behind them (CSV), a verdict line (above the
-    cells) and a `note`, the first line under them (the answer's: which labels hold across the family)."""
+    cells) and a `note`, the first lines under them (the answer's: which labels hold across the family, then what
+    its words mean), paragraphs apart by a blank line."""
 
     name: str
     title: str
@@ -601,20 +602,24 @@ def answer_table(r: Regret, df: pd.DataFrame) -> Table | None:
     chosen = data.loc[data["versus"] == BEST_BENCHMARK, "chosen"]
     best = (f"the benchmark its tuning seeds scored highest ({label(chosen.iloc[0])})" if len(chosen) and
             chosen.iloc[0] else "the benchmark its tuning seeds scored highest")
+    # Short above the table, so that it ends on the first screen; what the marks and words mean goes under it,
+    # after the line saying which labels hold.
     verdict = (
         "Does SILO beat the Oracle's schedule, not adapting, the best constant and every benchmark? Each SILO "
-        "variant's own final chains against those of the method of the row, end to end on this run's evaluation "
-        f"seeds, which made no choice: held-out test accuracy summed over cycles 1–{r.last} and paired per seed, "
-        f"SILO minus the other, in points with its 95 % t interval over the {n}. The Oracle's schedule (b at every "
-        "cycle), not adapting (the dense choice kept) and the best constant are the held-out references: final "
-        "chains on the evaluation seeds with their max_lr fixed on the tuning seeds; the best benchmark is "
-        f"{best}, chosen before its evaluation seeds were read. = equivalent: the interval lies inside the margin "
-        f"({margins} points: {r.margin_per_cycle:g} per compared cycle, summed like the advantage; bounds "
-        "inclusive); ▲ better / ▼ worse: it excludes 0, \"by more than the margin\" where it lies wholly beyond "
-        "it, \"not shown beyond the margin\" where it only excludes 0; ? inconclusive: neither, with the seeds that "
-        "would tell. \"(uncorrected)\": the label does not survive Holm's correction across the family's "
-        f"{len(data)} comparisons; a label without it does. {SINGLE_RUN} " + replicates_sentence(data))
-    note = family_line(data, count="n", where=", over this run's evaluation seeds")
+        "variant against the method of the row, end to end on this run's evaluation seeds (which made no choice): "
+        f"held-out test accuracy summed over cycles 1–{r.last}, paired per seed, SILO minus the other, in points "
+        f"with its 95 % t interval over the {n}; the words are explained under the table.")
+    details = (
+        "The Oracle's schedule (b at every cycle), not adapting (the dense choice kept) and the best constant are "
+        "the held-out references: final chains on the evaluation seeds with their max_lr fixed on the tuning "
+        f"seeds; the best benchmark is {best}, chosen before its evaluation seeds were read. = equivalent: the "
+        f"interval lies inside the margin ({margins} points: {r.margin_per_cycle:g} per compared cycle, summed "
+        "like the advantage; bounds inclusive); ▲ better / ▼ worse: it excludes 0, \"by more than the margin\" "
+        "where it lies wholly beyond it, \"not shown beyond the margin\" where it only excludes 0; ? "
+        "inconclusive: neither, with the seeds that would tell. \"(uncorrected)\": the label does not survive "
+        f"Holm's correction across the family's {len(data)} comparisons; a label without it does. {SINGLE_RUN} "
+        + replicates_sentence(data))
+    note = family_line(data, count="n", where=", over this run's evaluation seeds") + "\n\n" + details
     return Table("answer", "The answer", cells, data, verdict, note=note)
 
 
