@@ -1,14 +1,17 @@
-"""The report's figures as PNG bytes: max_lr against λ, test accuracy against λ, gradient/activation histograms,
-trial slots over time."""
+"""The report's figures, each drawn once and saved as PNG (embedded in the HTML report) and SVG (vector, for a
+paper): max_lr against λ, test accuracy against λ, gradient/activation histograms, trial slots over time."""
 from __future__ import annotations
 
 import io
 import json
+import math
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib import colormaps
+from matplotlib import colormaps, rc_context
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
@@ -18,13 +21,39 @@ from oracle_search.compared import final_rows
 from analysis.slots import PHASES
 from analysis.tables import accuracy_stats
 from analysis.theory import silo_curve, theory_lr
+from trainables.atomic import atomic_write_bytes
+
+FORMATS = ("png", "svg")  # every figure file is written in each
+# No metadata (matplotlib's names a web address and the date) and a fixed salt for the SVG's element ids: the
+# same figure gives the same bytes, and the files hold no links.
+_SAVE = {"png": {"dpi": 110, "metadata": {"Software": None}},
+         "svg": {"metadata": {"Creator": None, "Date": None, "Format": None, "Type": None}}}
+# Text as paths: the SVG looks the same without the fonts; each text is still in it, as a comment.
+_SVG_RC = {"svg.hashsalt": "oracle-search", "svg.fonttype": "path"}
 
 
-def png(fig: Figure) -> bytes:
-    """The figure as PNG bytes (no metadata, so the output holds no links)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
-    return buf.getvalue()
+@dataclass(frozen=True)
+class Rendered:
+    """One figure in both formats: `png` for the HTML report, which embeds it; `svg`, vector, for a paper."""
+
+    png: bytes
+    svg: bytes
+
+    def write(self, folder: Path, name: str) -> dict[str, Path]:
+        """folder/name.png and folder/name.svg, each written whole; by file name (name.png, name.svg)."""
+        return {f"{name}.{ext}": atomic_write_bytes(Path(folder) / f"{name}.{ext}", getattr(self, ext))
+                for ext in FORMATS}
+
+
+def render(fig: Figure) -> Rendered:
+    """The figure as PNG and SVG bytes, cropped alike to what is drawn."""
+    saved = {}
+    with rc_context(_SVG_RC):
+        for ext in FORMATS:
+            buf = io.BytesIO()
+            fig.savefig(buf, format=ext, bbox_inches="tight", **_SAVE[ext])
+            saved[ext] = buf.getvalue()
+    return Rendered(**saved)
 
 
 def _plain(v: float, _pos: object = None) -> str:
@@ -48,10 +77,11 @@ def _density_axis(ax, lam: pd.Series) -> None:
 
 
 SILO_STYLE = {"silo_paper": ("s--", "tab:red"), "silo_fit": ("D:", "tab:purple")}
+DENSE_SCALE = "scaled to the dense max_lr"  # the one-run figure's theory curve; its caption says the same
 
 
 def max_lr_figure(pooled: pd.DataFrame, per_seed: pd.DataFrame, silo: dict[str, dict], rate: float, cycles: int,
-                  theory: dict) -> bytes:
+                  theory: dict) -> Rendered:
     """Oracle b (seed mean) with the paper's interval as bars and the "not shown worse" span as a band, each seed's
     own best, every SILO variant's curve and the theory curve."""
     fig = Figure(figsize=(7, 4.5))
@@ -78,11 +108,11 @@ def max_lr_figure(pooled: pd.DataFrame, per_seed: pd.DataFrame, silo: dict[str, 
     if scale is not None:
         k = np.linspace(0, cycles, 200)
         ax.plot(100.0 * (1.0 - rate) ** k, scale * theory_lr(k, rate, **theory), color="tab:green",
-                label="theory α ∝ C^(-1/2) (σ_X={sigma_x:g}, σ_W={sigma_w:g}, d={d:g})".format(**theory))
+                label=theory_label(theory, DENSE_SCALE))
     _log_max_lr_axis(ax)
     _density_axis(ax, pd.Series(lam))
     ax.legend(fontsize=8)
-    return png(fig)
+    return render(fig)
 
 
 def _log_max_lr_axis(ax) -> None:
@@ -94,49 +124,76 @@ def _log_max_lr_axis(ax) -> None:
     ax.set_ylabel("max_lr")
 
 
-REPLICATE_SILO_STYLE = {"silo_paper": ("s", "--"), "silo_fit": ("D", ":")}
+# In the replicates' figure: (marker, line style, colour) per SILO variant, drawn thin over the Oracle's wide pale
+# line, so that a variant on the Oracle's values (SILO (paper) keeps the dense b for q cycles) still shows.
+REPLICATE_SILO_STYLE = {"silo_paper": ("s", "--", "tab:red"), "silo_fit": ("D", ":", "tab:purple")}
+OTHER_SILO_STYLE = ("^", "-.", "tab:brown")
+LINE_WORDS = {"--": "dashed", ":": "dotted", "-.": "dash-dotted"}
+PANELS_PER_ROW = 3
+# The replicates' figure's legend entries; its caption (`analysis.replicate_report`) says the same words.
+ORACLE_BARS = "the Oracle's b (seed mean), the paper's interval as bars"
+PANEL_SCALE = "scaled to each panel's dense max_lr"
+
+
+def theory_label(theory: dict, scaled: str) -> str:
+    """The theory curve's legend entry: Theorem 1's σ_X, σ_W and d, and what the curve is scaled to."""
+    return "theory α ∝ C^(-1/2) (σ_X={sigma_x:g}, σ_W={sigma_w:g}, d={d:g}), ".format(**theory) + scaled
+
+
+def silo_line(method: str) -> str:
+    """A SILO variant as the replicates' figure draws it, in words: "SILO (paper) dashed"."""
+    return f"{label(method)} {LINE_WORDS[REPLICATE_SILO_STYLE.get(method, OTHER_SILO_STYLE)[1]]}"
 
 
 def max_lr_replicates_figure(reps: list[tuple[str, pd.DataFrame, dict[str, dict]]], rate: float, cycles: int,
-                             theory: dict) -> bytes:
-    """The paper's max_lr figure over replicates: per replicate (name, `oracle_intervals` frame, SILO parameters by
-    method), in one colour each, the Oracle's b with its paper interval as bars and every SILO variant's curve (SILO
-    (paper) dashed, SILO (fit) dotted); the replicates' bars side by side around each density; the theory curve
-    scaled to the replicates' geometric-mean dense b."""
-    fig = Figure(figsize=(9, 4.8))
-    ax = fig.add_subplot()
+                             theory: dict) -> Rendered:
+    """The paper's max_lr figure over replicates, one panel per replicate (name, `oracle_intervals` frame, SILO
+    parameters by method), on one max_lr scale, `PANELS_PER_ROW` to a row, with one legend under them. In each
+    panel: the Oracle's b with the paper's interval as bars, wide and pale, under every SILO variant's curve (SILO
+    (paper) dashed, SILO (fit) dotted), and the theory curve scaled to the panel's dense max_lr (the Oracle's b at
+    λ = 100 %, else its first SILO curve's). One replicate's lines never hide another's."""
+    n = len(reps)
+    ncols = min(n, PANELS_PER_ROW)
+    nrows = math.ceil(n / ncols)
+    fig = Figure(figsize=(0.8 + 3.6 * ncols, 1.0 + 3.2 * nrows), layout="constrained")
+    # Shared y only: inverting shared x axes once per panel would flip them back and forth.
+    axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False).ravel()
+    for ax in axes[n:]:
+        ax.remove()
     m = np.arange(cycles + 1)
     lam = 100.0 * (1.0 - rate) ** m
-    dense = []
-    for i, (name, pooled, silo) in enumerate(reps):
-        colour = colormaps["tab10"](i % 10)
-        shift = 1.025 ** (i - (len(reps) - 1) / 2)  # the replicates' bars apart, on the log axis
+    k = np.linspace(0, cycles, 200)
+    entries: dict[str, object] = {}  # legend entry -> its first handle, in the order drawn
+    for ax, (name, pooled, silo) in zip(axes, reps):
+        dense = None
         if not pooled.empty:
             best = pooled["best_max_lr"]
-            ax.errorbar(pooled["density"] * shift, best, yerr=[best - pooled["lo"], pooled["hi"] - best], fmt="o-",
-                        capsize=3, color=colour, linewidth=1.2, label=f"{name}: Oracle b, paper interval")
-            dense += list(pooled.loc[pooled["cycle"] == 0, "best_max_lr"])
+            entries.setdefault(ORACLE_BARS, ax.errorbar(
+                pooled["density"], best, yerr=[best - pooled["lo"], pooled["hi"] - best], fmt="o-", capsize=4,
+                color="tab:blue", alpha=0.45, linewidth=4, markersize=8, elinewidth=1.5, zorder=2))
+            dense = pooled.set_index("cycle")["best_max_lr"].get(0)
         for method, params in silo.items():
-            marker, style = REPLICATE_SILO_STYLE.get(method, ("s", "-."))
-            ax.plot(lam, silo_curve(m, **params, rate=rate), marker=marker, linestyle=style, markersize=4,
-                    color=colour, alpha=0.8, label=f"{name}: {label(method)}")
-    if dense:
-        scale = float(np.exp(np.mean(np.log(dense))))
-        k = np.linspace(0, cycles, 200)
-        ax.plot(100.0 * (1.0 - rate) ** k, scale * theory_lr(k, rate, **theory), color="black", linewidth=1.0,
-                label="theory α ∝ C^(-1/2) (σ_X={sigma_x:g}, σ_W={sigma_w:g}, d={d:g}), at the mean dense b"
-                .format(**theory))
-    _log_max_lr_axis(ax)
-    _density_axis(ax, pd.Series(lam))
-    handles, labels = ax.get_legend_handles_labels()  # matplotlib lists error bars last: by replicate instead
-    order = [lb for name, _, silo in reps for lb in (f"{name}: Oracle b, paper interval",
-                                                     *(f"{name}: {label(m)}" for m in silo))]
-    ranked = sorted(zip(handles, labels), key=lambda hl: order.index(hl[1]) if hl[1] in order else len(order))
-    ax.legend(*zip(*ranked), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return png(fig)
+            curve = silo_curve(m, **params, rate=rate)
+            dense = curve[0] if dense is None else dense
+            marker, style, colour = REPLICATE_SILO_STYLE.get(method, OTHER_SILO_STYLE)
+            entries.setdefault(label(method), ax.plot(lam, curve, marker=marker, linestyle=style, color=colour,
+                                                      markersize=4, linewidth=1.5, zorder=3)[0])
+        if dense is not None:
+            entries.setdefault(theory_label(theory, PANEL_SCALE), ax.plot(
+                100.0 * (1.0 - rate) ** k, dense * theory_lr(k, rate, **theory), color="black", linewidth=1.0,
+                zorder=1)[0])
+        ax.set_title(name, fontsize=11)
+        _density_axis(ax, pd.Series(lam))
+    for i, ax in enumerate(axes[:n]):  # once every panel is drawn: the shared limits are final
+        _log_max_lr_axis(ax)
+        if i % ncols:
+            ax.set_ylabel("")
+    fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncol=1 if ncols == 1 else 2,
+               fontsize=10, frameon=False)
+    return render(fig)
 
 
-def accuracy_figure(df: pd.DataFrame) -> bytes:
+def accuracy_figure(df: pd.DataFrame) -> Rendered:
     """Early-stop test accuracy (mean ± 95 % half-width over seeds) against λ, one line per method."""
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
@@ -149,7 +206,7 @@ def accuracy_figure(df: pd.DataFrame) -> bytes:
     ax.set_ylabel("early-stop test accuracy (%)")
     _density_axis(ax, lam)
     ax.legend(fontsize=8)
-    return png(fig)
+    return render(fig)
 
 
 def _histogram(text: object) -> tuple[np.ndarray, np.ndarray] | None:
@@ -163,7 +220,7 @@ def _histogram(text: object) -> tuple[np.ndarray, np.ndarray] | None:
     return edges, counts / (counts.sum() * np.diff(edges))
 
 
-def histogram_figure(rows: pd.DataFrame, lam: pd.Series) -> bytes | None:
+def histogram_figure(rows: pd.DataFrame, lam: pd.Series) -> Rendered | None:
     """Gradient and activation histograms per λ (first seed of `rows`), as in the paper's Fig. 1."""
     first = rows[rows["seed"] == rows["seed"].min()].sort_values("cycle").drop_duplicates("cycle")
     panels = [("grad_hist", "gradients"), ("act_hist", "activations")]
@@ -181,7 +238,7 @@ def histogram_figure(rows: pd.DataFrame, lam: pd.Series) -> bytes | None:
         ax.set_title(f"{title} (seed {first['seed'].iloc[0]})")
         ax.set_ylabel("density")
         ax.legend(fontsize=7)
-    return png(fig)
+    return render(fig)
 
 
 
@@ -189,7 +246,7 @@ REGRET_STYLE = {"silo_paper": ("s-", "tab:red"), "silo_fit": ("D-", "tab:purple"
                 "constant_dense": ("o--", "tab:grey"), "constant_best": ("^--", "tab:green")}
 
 
-def regret_figure(regret: pd.DataFrame, lam: pd.Series, labels: dict[str, str], q: int | None = None) -> bytes:
+def regret_figure(regret: pd.DataFrame, lam: pd.Series, labels: dict[str, str], q: int | None = None) -> Rendered:
     """Regret (validation-accuracy points below the leave-one-out Oracle) against cycle, one line per schedule
     with its 95 % CI as a band; cycle 0 (shown, not summed) and SILO (paper)'s cycles 1..q (it keeps ε) shaded."""
     fig = Figure(figsize=(7, 4.5))
@@ -210,7 +267,7 @@ def regret_figure(regret: pd.DataFrame, lam: pd.Series, labels: dict[str, str], 
     ax.set_ylabel(f"regret (val. acc. points, mean ± 95 % CI, n = {n})")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return png(fig)
+    return render(fig)
 
 
 def replicate_order(names) -> list[str]:
@@ -226,7 +283,7 @@ def replicate_colours(names: list[str]) -> dict[str, tuple]:
     return {r: colormaps["Dark2"](i % 8) for i, r in enumerate(replicate_order(names))}
 
 
-def slots_figure(lanes: pd.DataFrame) -> bytes:
+def slots_figure(lanes: pd.DataFrame) -> Rendered:
     """Trainings over time (`analysis.slots.slot_lanes`): one bar per training from its start to its finish, on its
     lane, coloured by phase; when the lanes carry a `replicate` column with several replicates, a second panel
     draws the same bars coloured by replicate (legend in the replicates' order). Lanes are a packing of the
@@ -264,4 +321,4 @@ def slots_figure(lanes: pd.DataFrame) -> bytes:
         if handles:
             ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.axes[-1].set_xlabel("seconds since the first training started")
-    return png(fig)
+    return render(fig)

@@ -155,8 +155,9 @@ def _lrs(reps: list[Intervals], control: str) -> str:
     return ", ".join(dict.fromkeys(fmt_lr(r.controls[control]) for r in reps if control in r.controls))
 
 
-def max_lr_plot(reps: list[Intervals], theory: dict) -> bytes | None:
-    """The paper's figure over replicates (`figures.max_lr_replicates_figure`); `theory`: Theorem 1's σ_X, σ_W, d."""
+def max_lr_plot(reps: list[Intervals], theory: dict) -> figures.Rendered | None:
+    """The paper's figure over replicates, one panel each (`figures.max_lr_replicates_figure`, PNG and SVG);
+    `theory`: Theorem 1's σ_X, σ_W, d."""
     if all(r.pooled.empty and not r.silo for r in reps):
         return None
     return figures.max_lr_replicates_figure([(r.name, r.pooled, r.silo) for r in reps], reps[0].rate,

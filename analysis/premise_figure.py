@@ -1,4 +1,4 @@
-"""The premise's files (`oracle_search.premise`): premise.csv (one row per λ, moment and reading), premise.png (the
+"""The premise's files (`oracle_search.premise`): premise.csv (one row per λ, moment and reading), premise.png and premise.svg (the
 paper's Fig. 1 (a)/(b) in both readings and at both moments, and σ against λ) and premise.md (the figure, the one
 sentence saying which reading reproduces the paper's shape, the table)."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from analysis.figures import png
+from analysis.figures import Rendered, render
 from oracle_search.premise import PremiseResult
 from oracle_search.premise_settings import MOMENTS, PAPER_OUTSIDE, PAPER_SIGMA, READINGS, WINDOW
 from trainables.atomic import atomic_write_bytes
@@ -110,7 +110,7 @@ def _edges(result: PremiseResult) -> dict[str, np.ndarray]:
     return {"grad": np.linspace(-grad, grad, BINS + 1), "act": np.linspace(0.0, top, BINS + 1)}
 
 
-def premise_figure(result: PremiseResult) -> bytes:
+def premise_figure(result: PremiseResult) -> Rendered:
     """Rows: the cycle's start and end. Columns: the weight gradients over all weights and over the surviving ones,
     the hidden representations (the fraction of values per bin, log scale, as the paper's broken axis), and σ of
     the gradients against λ in both readings with the paper's two values."""
@@ -158,7 +158,7 @@ def premise_figure(result: PremiseResult) -> bytes:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    return png(fig)
+    return render(fig)
 
 
 def _table(rows: list[dict]) -> str:
@@ -213,6 +213,8 @@ def premise_markdown(result: PremiseResult) -> str:
         "",
         "![The paper's Fig. 1 in both readings and at both moments](premise.png)",
         "",
+        "The same figure as vector graphics: [premise.svg](premise.svg).",
+        "",
         _table(result.rows),
         "",
         "Every row, with σ on the first batch alone and the spread of the per-batch σ: premise.csv.",
@@ -221,8 +223,8 @@ def premise_markdown(result: PremiseResult) -> str:
 
 
 def write_premise(result: PremiseResult, out: Path) -> dict[str, Path]:
-    """premise.csv, premise.png and premise.md in `out` (each written whole)."""
+    """premise.csv, premise.png, premise.svg and premise.md in `out` (each written whole), by extension."""
     out = Path(out)
-    return {"csv": atomic_write_bytes(out / "premise.csv", premise_csv(result.rows)),
-            "png": atomic_write_bytes(out / "premise.png", premise_figure(result)),
+    figure = {Path(name).suffix[1:]: path for name, path in premise_figure(result).write(out, "premise").items()}
+    return {"csv": atomic_write_bytes(out / "premise.csv", premise_csv(result.rows)), **figure,
             "md": atomic_write_bytes(out / "premise.md", premise_markdown(result))}

@@ -378,6 +378,17 @@ def needed_line(verdict: pd.DataFrame) -> str:
 
 # --- the paper's figure and tables over the replicates; the links --------------------------------------------
 
+def max_lr_caption(sets: list[Intervals], theory: dict, dataset: str | None) -> str:
+    """The caption of `figures.max_lr_replicates_figure`, in its legend's words: each legend entry is said here."""
+    oracle = [figures.ORACLE_BARS] * any(not s.pooled.empty for s in sets)
+    drawn = dict.fromkeys(m for s in sets for m in s.silo)  # the SILO variants, in the legend's order
+    unknown = "" if dataset in INPUT_DIMS else f"; d = {DEFAULT_DIM} assumed for {dataset!r}"
+    return ("max_lr against density, one panel per replicate on one max_lr scale: "
+            + "; ".join([*oracle, *map(figures.silo_line, drawn),
+                         f"the {figures.theory_label(theory, figures.PANEL_SCALE)} (Theorem 2, Remark 2), the "
+                         f"Oracle's b at λ = 100 % (else the first SILO variant's max_lr there){unknown}"]) + ".")
+
+
 def _paper_sections(reps: list[Replicate], spec: dict | None, links: Section) -> list[Section]:
     """The paper's max_lr figure and §5.3 table over the replicates (with the controls' counts), the accuracy over
     them, the cost per method (`cost_table`), the `links` to each replicate's report, and where the runs contradict
@@ -387,14 +398,8 @@ def _paper_sections(reps: list[Replicate], spec: dict | None, links: Section) ->
     theory = {**THEORY, "d": INPUT_DIMS.get(dataset, DEFAULT_DIM)}
     table = section_table(sets)
     max_lr = Section(table.title if table is not None else "max_lr per cycle over the replicates", plots_first=True)
-    if (png := max_lr_plot(sets, theory)) is not None:
-        max_lr.plots.append(Plot("max_lr", "max_lr against density over the replicates, one colour each: the "
-                                 "Oracle's b (seed mean) with the paper's interval as bars (each replicate's bars "
-                                 "drawn a little apart around its density), SILO (paper) dashed, SILO (fit) dotted, "
-                                 "and the theory curve α ∝ C^(-1/2) (Theorem 2, Remark 2) scaled to the replicates' "
-                                 "geometric-mean dense b" + ("" if dataset in INPUT_DIMS else
-                                                            f"; d = {DEFAULT_DIM} assumed for {dataset!r}") + ".",
-                                 png))
+    if (figure := max_lr_plot(sets, theory)) is not None:
+        max_lr.plots.append(Plot("max_lr", max_lr_caption(sets, theory, dataset), figure))
     if table is not None:
         max_lr.tables.append(table)
     sections = [max_lr]
@@ -598,7 +603,7 @@ def write_replicates_report(out: Path, runs: list[Path], margin_per_cycle: float
             for ext, text in (("md", render.markdown(t.cells, t.bold)), ("tex", render.latex(t.cells, t.bold))):
                 written[f"tables/{t.name}.{ext}"] = atomic_write_bytes(out / "tables" / f"{t.name}.{ext}", text)
         for p in s.plots:
-            written[f"figures/{p.name}.png"] = atomic_write_bytes(out / "figures" / f"{p.name}.png", p.png)
+            written |= {f"figures/{f}": path for f, path in p.figure.write(out / "figures", p.name).items()}
     title = f"Oracle search report over {n} replicate{'s' * (n != 1)}: {reps[0].rows['experiment'].iloc[0]}"
     written["report.md"] = atomic_write_bytes(out / "report.md", markdown_page(title, spec, sections))
     written["report.html"] = atomic_write_bytes(out / "report.html", html_page(title, spec, sections))

@@ -40,7 +40,11 @@ THEORY = {"sigma_x": 1.0, "sigma_w": 1.0}  # Theorem 1's σ_X, σ_W; d comes fro
 class Plot:
     name: str
     caption: str
-    png: bytes
+    figure: figures.Rendered  # written as figures/NAME.png (embedded in report.html) and figures/NAME.svg
+
+    @property
+    def png(self) -> bytes:
+        return self.figure.png
 
 
 @dataclass
@@ -123,11 +127,11 @@ def _regret_plot(df: pd.DataFrame, r: Regret) -> Plot | None:
         return None
     labels = {m: label(m) for m in regret["schedule"].unique()} | SCHEDULE_LABELS
     params = silo_params(df, "silo_paper")
-    png = figures.regret_figure(regret, densities(df), labels, None if params is None else params["q"])
+    figure = figures.regret_figure(regret, densities(df), labels, None if params is None else params["q"])
     return Plot("regret", f"Regret against cycle, the §5.3 diagnostic ({DIAGNOSTIC}): validation-accuracy points "
                 "below a leave-one-out Oracle on the Oracle's chain, mean over the tuning seeds with 95 % CI bands, "
                 "for each SILO variant and both controls; a gap where the max_lr lies outside the values every seed "
-                "trained. Shaded: cycle 0 (not summed) and SILO (paper)'s cycles ≤ q, where it keeps ε.", png)
+                "trained. Shaded: cycle 0 (not summed) and SILO (paper)'s cycles ≤ q, where it keeps ε.", figure)
 
 
 def _max_lr_plot(df: pd.DataFrame, spec: dict | None, tol: float) -> Plot | None:
@@ -137,13 +141,13 @@ def _max_lr_plot(df: pd.DataFrame, spec: dict | None, tol: float) -> Plot | None
         return None
     dataset = (spec or {}).get("dataset")
     d = INPUT_DIMS.get(dataset, DEFAULT_DIM)
-    png = figures.max_lr_figure(pooled, seed_intervals(df, tol), silo, pruning_rate(df, spec),
-                                int(df["cycle"].max()), {**THEORY, "d": d})
+    figure = figures.max_lr_figure(pooled, seed_intervals(df, tol), silo, pruning_rate(df, spec),
+                                   int(df["cycle"].max()), {**THEORY, "d": d})
     unknown = "" if dataset in INPUT_DIMS else (f" The input dimension d of dataset {dataset!r} is not known here: "
                                                 f"the theory curve assumes d = {DEFAULT_DIM}.")
     return Plot("max_lr", "max_lr against density: the Oracle (seed mean, the paper's interval as bars, the "
                 "lenient \"not shown worse\" span as a band), each SILO variant, and the theory curve α ∝ C^(-1/2) "
-                "(Theorem 2, Remark 2) scaled to the dense max_lr." + unknown, png)
+                f"(Theorem 2, Remark 2) {figures.DENSE_SCALE}." + unknown, figure)
 
 
 def _silo_fit_note(out_dir: Path) -> str | None:
@@ -257,12 +261,12 @@ def _statistics_section(df: pd.DataFrame) -> Section:
         return section
     section.tables.append(table)
     name, rows = statistics_source(df)
-    png = figures.histogram_figure(rows, densities(df))
-    if png is None:
+    figure = figures.histogram_figure(rows, densities(df))
+    if figure is None:
         section.notes.append("No histograms in the results: histogram figure left out.")
     else:
         section.plots.append(Plot("histograms", f"Gradient and activation histograms per density ({name} rows), "
-                                  "as in the paper's Fig. 1.", png))
+                                  "as in the paper's Fig. 1.", figure))
     return section
 
 
@@ -299,7 +303,8 @@ def markdown_page(title: str, spec: dict | None, sections: list[Section]) -> str
         for t in s.tables:
             tables += [f"### {t.title}\n"] * (t.title != s.title)
             tables += [f"{t.verdict}\n", render.markdown(t.cells, t.bold)] + [f"{t.note}\n"] * bool(t.note)
-        plots = [f"![{p.caption}](figures/{p.name}.png)\n\n{p.caption}\n" for p in s.plots]
+        plots = [f"![{p.caption}](figures/{p.name}.png)\n\n{p.caption} [SVG](figures/{p.name}.svg)\n"
+                 for p in s.plots]
         out += plots + tables if s.plots_first else tables + plots
         out += [f"{n}\n" for n in s.notes_after]
         if s.reports:
@@ -344,7 +349,7 @@ def html_page(title: str, spec: dict | None, sections: list[Section]) -> str:
 
 def write_report(out_dir: Path, *, tolerance: float = TOLERANCE, rows: pd.DataFrame | None = None,
                  margin_per_cycle: float = MARGIN_PER_CYCLE, extra: list[Section] = ()) -> dict[str, Path]:
-    """Write report.md, report.html, tables/*.csv|md|tex and figures/*.png for `out_dir`; return them by name.
+    """Write report.md, report.html, tables/*.csv|md|tex and figures/*.png|svg for `out_dir`; return them by name.
     `rows`: the table to report (default: `out_dir`'s results table); `extra`: sections after the summary."""
     out_dir = Path(out_dir)
     df, spec = (read_results(out_dir) if rows is None else rows), read_spec(out_dir)
@@ -358,7 +363,7 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE, rows: pd.DataFr
                     _accuracy_section(df), _cost_section(df, spec, out_dir), _statistics_section(df)]
     if not df.empty and (note := estimate_note(out_dir)) is not None:  # the cost expected, and the time taken
         next(s for s in sections if s.title == "Cost").notes.append(note)
-    if not df.empty and (plots := [Plot(n, c, png) for n, c, png in study_figures(out_dir)]):
+    if not df.empty and (plots := [Plot(n, c, f) for n, c, f in study_figures(out_dir)]):
         sections.append(Section("The silo_fit study (Optuna)", plots=plots))
     title = "Oracle search report" + ("" if df.empty else f": {df['experiment'].iloc[0]}")
     written: dict[str, Path] = {}
@@ -368,7 +373,7 @@ def write_report(out_dir: Path, *, tolerance: float = TOLERANCE, rows: pd.DataFr
                               ("tex", render.latex(t.cells, t.bold))):
                 written[f"tables/{t.name}.{ext}"] = atomic_write_bytes(out_dir / "tables" / f"{t.name}.{ext}", text)
         for p in s.plots:
-            written[f"figures/{p.name}.png"] = atomic_write_bytes(out_dir / "figures" / f"{p.name}.png", p.png)
+            written |= {f"figures/{f}": path for f, path in p.figure.write(out_dir / "figures", p.name).items()}
     shown = _with_options(spec, out_dir)
     written["report.md"] = atomic_write_bytes(out_dir / "report.md", markdown_page(title, shown, sections))
     written["report.html"] = atomic_write_bytes(out_dir / "report.html", html_page(title, shown, sections))

@@ -14,7 +14,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 from optuna.visualization import matplotlib as optuna_plots
 
-from analysis.figures import png
+from analysis.figures import Rendered, render
 
 JOURNAL = "optuna-journal.log"  # where the fitter keeps its study under --out unless --study-storage says otherwise
 OBJECTIVE = "validation accuracy (%)"
@@ -31,7 +31,7 @@ def open_journal(out_dir: Path) -> list[optuna.Study]:
     return [s for s in studies if s.trials]
 
 
-def _figure(plot, *args, axis_labels: tuple[str, str] | None = None, **kwargs) -> bytes:
+def _figure(plot, *args, axis_labels: tuple[str, str] | None = None, **kwargs) -> Rendered:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         ax = plot(*args, **kwargs)
@@ -40,13 +40,13 @@ def _figure(plot, *args, axis_labels: tuple[str, str] | None = None, **kwargs) -
         ax.set_ylabel(axis_labels[1])
     fig = ax.figure
     try:
-        return png(fig)
+        return render(fig)
     finally:
         plt.close(fig)
 
 
-def study_figures(out_dir: Path) -> list[tuple[str, str, bytes]]:
-    """(name, caption, PNG) of the fitter's studies in `out_dir`: one optimisation history of all studies, then
+def study_figures(out_dir: Path) -> list[tuple[str, str, Rendered]]:
+    """(name, caption, figure) of the fitter's studies in `out_dir`: one optimisation history of all studies, then
     for each study its parameter importances (when completed trials differ in their objective) and intermediate
     values. Names carry the study's name when the journal holds several studies. Empty when there is no study."""
     studies = open_journal(out_dir)

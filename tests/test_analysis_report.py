@@ -121,12 +121,15 @@ FIGURES = ("regret", "max_lr", "accuracy", "histograms")
 def test_every_table_and_figure_is_written_and_printed(report):
     out, printed = report
     expected = {f"tables/{t}.{ext}" for t in TABLES for ext in ("csv", "md", "tex")}
-    expected |= {f"figures/{f}.png" for f in FIGURES} | {"report.md", "report.html"}
+    expected |= {f"figures/{f}.{ext}" for f in FIGURES for ext in ("png", "svg")} | {"report.md", "report.html"}
     assert set(printed) == expected
     assert all(path == out / name and path.is_file() for name, path in printed.items())
     on_disk = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert on_disk == expected | {"results.parquet", "results.csv", "spec.json"}  # and no temp files
     assert all(printed[f"figures/{f}.png"].read_bytes().startswith(b"\x89PNG") for f in FIGURES)
+    for f in FIGURES:  # each figure also as SVG, a paper's vector copy of the same drawing, linked from report.md
+        svg = printed[f"figures/{f}.svg"].read_text()
+        assert svg.startswith("<?xml") and "<svg" in svg and 'id="axes_1"' in svg and "https://" not in svg
     assert all("\\toprule" in printed[f"tables/{t}.tex"].read_text() for t in TABLES)
 
 
@@ -193,7 +196,7 @@ def test_markdown_report_holds_every_table_and_figure(report):
     for t in TABLES:
         assert (out / f"tables/{t}.md").read_text() in md
     for f in FIGURES:
-        assert f"(figures/{f}.png)" in md
+        assert f"(figures/{f}.png)" in md and f"[SVG](figures/{f}.svg)" in md
     for t in TABLES:  # each table under its verdict line, in plain words (no bold label)
         caption = md.split((out / f"tables/{t}.md").read_text())[0].rstrip().splitlines()[-1]
         assert caption and not caption.startswith(("#", "|", "**")), (t, caption)

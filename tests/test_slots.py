@@ -79,9 +79,10 @@ def test_phases():
 
 
 @pytest.mark.parametrize("replicate", [None, "experiment"])
-def test_the_figure_is_png(replicate):
-    png = slots_figure(slot_lanes(hand_made(), replicate_column=replicate))
-    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+def test_the_figure_is_png_and_svg(replicate):
+    figure = slots_figure(slot_lanes(hand_made(), replicate_column=replicate))
+    assert figure.png.startswith(b"\x89PNG\r\n\x1a\n") and len(figure.png) > 1000
+    assert figure.svg.lstrip().startswith(b"<?xml") and b"<svg" in figure.svg and b'id="axes_1"' in figure.svg
 
 
 def test_replicates_are_told_apart_in_their_numbers_order():

@@ -75,7 +75,7 @@ def test_three_figures_of_a_fitted_study_without_touching_its_journal(fitted):
     captions = dict((name, caption) for name, caption, _ in figures)
     assert "study silo-tiny" in captions["optuna_history"]
     assert "from the 3 completed trials of study silo-tiny" in captions["optuna_importances"]
-    images = [decoded(png) for _, _, png in figures]
+    images = [decoded(figure.png) for _, _, figure in figures]
     assert all(a.shape != b.shape or (a != b).any() for i, a in enumerate(images) for b in images[i + 1:])
 
 
