@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -17,6 +18,8 @@ from oracle_search.config import add_options as add_config_options
 from oracle_search.flags import add_flags as add_field_flags, flagged, renamed_note, say_renamed
 from oracle_search.options import (SearchSpace, add_flags, at_least, check_margin, check_with_spec, from_args,
                                    positive_seconds)
+from oracle_search.sessions import ESTIMATE_FILE, SESSIONS_FILE
+from oracle_search.status import MANIFEST
 from trainables.errors import CheckpointError, DataError
 from trainables.presets import DEFAULT_PRESET, PRESETS
 from trainables.schedules import SiloParams, silo_max_lr
@@ -147,6 +150,17 @@ def _check_grid(args: argparse.Namespace) -> None:
                            f"({', '.join(f'{v:g}' for v in grid)}); e.g. 0.05,0.1 or log:LO:HI:N")
 
 
+def check_data_dir(spec: ExperimentSpec, advice: str = "") -> None:
+    """--data-dir of a dataset read from files of a known layout (CIFAR, ImageNet: `trainables.shapes`) is an
+    existing folder: checked here, before torch loads (13.5 s to say so after it, issue 62); the loader checks what
+    the folder holds. Other datasets' folders are left to them (MNIST-1D makes its cache folder there)."""
+    where = spec.data_dir
+    if spec.dataset in SHAPES and where is not None and "://" not in where and not Path(where).is_dir():
+        said = "does not exist" if not Path(where).exists() else "is a file"
+        raise DataError("data-dir", f"{where} {said}: give the folder {spec.dataset} is read from (nothing is "
+                        f"downloaded){advice}")
+
+
 def check_inputs(args: argparse.Namespace, spec: ExperimentSpec, load: bool = True) -> None:
     # Here, not at the top: --help imports this module, and the pipeline imports torch and Ray.
     from oracle_search.pipeline import check_inputs as check
@@ -187,6 +201,7 @@ def cmd_cycle(args: argparse.Namespace) -> int:
         raise SpecError("max-lr", f"must be a positive number, got {args.max_lr!r}")
     if args.cycle < 0 or args.cycle > spec.cycles:
         raise SpecError("cycle", f"must lie in [0, cycles={spec.cycles}], got {args.cycle}")
+    check_data_dir(spec)
     args.start = absolute(args.start)
     if args.cycle > 0 and not args.start:
         raise SpecError("start", f"cycle {args.cycle} needs --start, the checkpoint of cycle {args.cycle - 1}")
@@ -258,6 +273,8 @@ def _checked(command: str, args: argparse.Namespace) -> tuple[ExperimentSpec, An
         options = _compare_options(args, spec)
     check_with_spec(command, spec, options)
     per_epoch = _cost_inputs(args) if hasattr(args, "dry_run") else None
+    if not getattr(args, "dry_run", False):  # a dry run reads the data only to time it (`_dry_run`)
+        check_data_dir(spec)
     say_renamed(args)
     return spec, options, per_epoch
 
@@ -363,6 +380,10 @@ def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, optio
     needs the spec, not the data (price a study first): with --seconds-per-epoch nothing is timed or loaded; else
     the probe times a few steps on the data, or where it is absent (no --data-dir for a dataset of a known shape,
     `trainables.shapes`) on stand-in inputs of its shape."""
+    other = ("leave out --data-dir (stand-in inputs of its shape) or give --seconds-per-epoch S"
+             if spec.dataset in SHAPES else "--dry-run --seconds-per-epoch S")
+    if per_epoch is None:  # the probe would read --data-dir: a folder that is not there is refused before torch
+        check_data_dir(spec, f"; or price it without data: {other}")
     from trainables.standin import stand_in  # imports torch: after the checks that need none
 
     standin = stand_in(spec) if per_epoch is None else None
@@ -371,8 +392,6 @@ def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, optio
             check_inputs(args, spec, load=standin is None)
         except DataError as err:  # the data is not where --data-dir says, or there is no shape to stand in for it
             said = str(err).removeprefix(f"{err.field}: ")
-            other = ("leave out --data-dir (stand-in inputs of its shape) or give --seconds-per-epoch S"
-                     if spec.dataset in SHAPES else "--dry-run --seconds-per-epoch S")
             raise DataError(err.field, f"{said}; or price it without data: {other}") from err
     # Here, not at the top: --help imports this module; the estimate imports pandas, the pipeline torch and Ray.
     from oracle_search.estimate import estimate
@@ -386,9 +405,22 @@ def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, optio
     return 0
 
 
+def replicate_runs(run: Path) -> tuple[dict, list[Path]] | None:
+    """A replicates folder's manifest and its replicates' run folders; None for any other folder. The manifest is
+    read as JSON here: oracle_search.replicates, which writes it, imports the engine (torch and Ray, 5 of
+    paper-table's 10 s, issue 62), which neither report nor paper-table needs to read it."""
+    path = Path(run) / MANIFEST
+    if not path.is_file():
+        return None
+    found = json.loads(path.read_text())
+    return found, [Path(run) / name for name in found.get("folders")
+                   or (f"replicate-{r}" for r in range(1, found["replicates"] + 1))]
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """One run's report (DIR), a replicates folder's (DIR holding replicates.json), or, with --out, a report over
-    the given runs as replicates of one study."""
+    the given runs as replicates of one study (a replicates folder's over its replicates, that folder left as it
+    is)."""
     margin = getattr(args, "compare.margin")
     if margin is not None:
         check_margin(margin)
@@ -396,21 +428,28 @@ def cmd_report(args: argparse.Namespace) -> int:
         check_out(args.out)
     # The report's modules import pandas and scipy: after the check that needs neither.
     from analysis.files import BadResults, check_results
-    from oracle_search.replicates import manifest
     from oracle_search.schema import results_path
     from oracle_search.statistics import MARGIN_PER_CYCLE
     from analysis.replicate_report import check_replicates, write_replicates_report
     from analysis.report import write_report
+    from oracle_search.sequential import LOOKS
 
     runs = [Path(d) for d in args.dirs]
     if args.out is None and len(runs) > 1:
         raise SpecError("out", "several runs are reported as replicates into a folder of their own: pass --out DIR")
-    if args.out is None and manifest(runs[0]) is not None:
+    found = replicate_runs(runs[0]) if len(runs) == 1 else None
+    if found is not None and (args.out is None or Path(args.out).resolve() == runs[0].resolve()):
         from oracle_search.pipeline import report  # imports torch and Ray: only for a replicates folder
 
         path = report(runs[0], margin)
         print(f"report.html: {path}\nreport.md: {path.with_suffix('.md')}")
         return 0
+    records = []
+    if found is not None:  # with --out: the report over its replicates goes there (issue 62: docs/example's)
+        # and reads the run's own records beside it: its looks (an auto run's labels), its estimate and sessions.
+        records = [runs[0] / name for name in (LOOKS, ESTIMATE_FILE, SESSIONS_FILE) if (runs[0] / name).is_file()]
+        recorded, runs = found
+        margin = recorded["margin_per_cycle"] if margin is None else margin
     for run in runs:
         path = results_path(run)
         if not path.exists():
@@ -424,7 +463,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         paths = write_report(runs[0], margin_per_cycle=margin)
     else:
         check_replicates(runs, Path(args.out))  # one spec, disjoint seeds: else exit 2, nothing written
-        paths = write_replicates_report(Path(args.out), runs, margin)
+        for record in records:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(record, Path(args.out) / record.name)
+        paths = write_replicates_report(Path(args.out), runs, margin, of=recorded["replicates"] if found else None)
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0
@@ -451,13 +493,12 @@ def cmd_paper_table(args: argparse.Namespace) -> int:
     from analysis.files import BadResults, check_results
     from analysis.paper_table import paper_table, summary, units
     from analysis.replicate_report import check_replicates
-    from oracle_search.replicates import manifest, replicate_dir
     from oracle_search.schema import read_results, results_frame, results_path
 
     wanted = _densities(args.densities)
     runs = [Path(d) for d in args.dirs]
-    if len(runs) == 1 and (found := manifest(runs[0])) is not None:
-        runs = [replicate_dir(runs[0], r) for r in range(1, found["replicates"] + 1)]
+    if len(runs) == 1 and (found := replicate_runs(runs[0])) is not None:
+        runs = found[1]
     for run in runs:
         if not results_path(run).exists():
             raise SpecError("RUN", f"no results table in {run}")
@@ -675,6 +716,7 @@ def cmd_premise(args: argparse.Namespace) -> int:
     if args.rate is None:  # the paper's Fig. 1 rate, whatever the preset prunes at
         spec = dataclasses.replace(spec, rate=PAPER_RATE)
     spec = premise_spec(spec, settings)
+    check_data_dir(spec)
     # Imports torch: after every check that needs none; the names resolve and the data loads (DataError: exit 2).
     from trainables.plugins import check_names, load_data
 
