@@ -3,12 +3,13 @@ its training steps?
 
     python benchmarks/step_efficiency.py [--repeats 7] [--preset mnist1d-mlp] [--smoke]
 
-1. The step. `run_cycle`'s own inner loop (batches drawn as a training draws them, the LR schedule, `train_step`
-   with the masks of a pruned network) on ONE thread, against a bare loop of the same matmuls with `torch.mm`: per
-   batch the forward products and, for the backward pass, the gradient of each layer's input (all but the
-   first) and of each weight, in the precision's compute dtype. Both loops run the same batches, interleaved,
-   `--repeats` times; each repeat gives one ratio (printed: median and range). Precisions: what `auto` resolves
-   to on this CPU, and fp32.
+1. The step. `run_cycle`'s own inner loop (batches drawn as a training draws them, the LR schedule, the step
+   `make_step` chooses, with the masks of a pruned network: for this MLP on a CPU the lean step of
+   `trainables.lean`; `--autograd` adds `train_step` through autograd, for comparison) on ONE thread, against a
+   bare loop of the same matmuls with `torch.mm`: per batch the forward products and, for the backward pass,
+   the gradient of each layer's input (all but the first) and of each weight, in the precision's compute dtype.
+   Both loops run the same batches, interleaved, `--repeats` times; each repeat gives one ratio (printed: median
+   and range). Precisions: what `auto` resolves to on this CPU, and fp32.
 2. The overhead. One default training (`run_cycle`, cycle 0 and cycle 1 with their checkpoints), timed by phase
    (`run_cycle(timings=...)`, wall clock): data, preparing the network (pruning included), training steps,
    evaluation (the validation pass of every epoch, the test pass at the end), statistics, checkpoint. Printed as
@@ -35,7 +36,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trainables.cycle import data_order, make_optimizer, run_cycle, train_step
+from trainables.cycle import data_order, make_optimizer, make_step, run_cycle, train_step
 from trainables.plugins import build_model, load_data, resolve
 from trainables.precision import DTYPES, cpu_flags, resolve_precision
 from trainables.presets import PRESETS
@@ -76,7 +77,7 @@ def matmul_loop(shapes: list[tuple[int, int]], batch_sizes: list[int], dtype: to
 class StepLoop:
     """`run_cycle`'s inner loop on a network pruned once (the masks of cycle 1), for timing whole epochs."""
 
-    def __init__(self, spec: ExperimentSpec, pruned: bool = True):
+    def __init__(self, spec: ExperimentSpec, pruned: bool = True, autograd: bool = False):
         self.spec, data = spec, load_data(spec)
         self.data = data
         torch.manual_seed(0)
@@ -90,6 +91,8 @@ class StepLoop:
         self.masked = MaskedWeights(self.model, masks)
         self.masked.apply()
         self.optimizer = make_optimizer(spec.optimizer, self.model.parameters(), 0.1)
+        self.train = make_step(self.model, self.optimizer, self.masked, spec, CPU) if not autograd else \
+            lambda x, y: train_step(self.model, self.optimizer, self.masked, x, y, spec, CPU)
         self.generator = torch.Generator().manual_seed(0)
         self.steps_per_epoch = math.ceil(data.size("train") / spec.batch_size)
         self.total = spec.epochs * self.steps_per_epoch
@@ -105,14 +108,15 @@ class StepLoop:
             lr = lr_at(self.step % self.total, self.total, 0.1, spec.schedule)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-            loss += train_step(self.model, self.optimizer, self.masked, x, y, spec, CPU)
+            loss += self.train(x, y)
             self.step += 1
         return time.thread_time() - start
 
 
-def step_ratio(spec: ExperimentSpec, repeats: int, pruned: bool = True) -> tuple[list[float], list[float], list[float]]:
+def step_ratio(spec: ExperimentSpec, repeats: int, pruned: bool = True, autograd: bool = False
+               ) -> tuple[list[float], list[float], list[float]]:
     """Per repeat: ms per step, ms per bare-matmul step, and their ratio (interleaved, so load hits both)."""
-    loop = StepLoop(spec, pruned)
+    loop = StepLoop(spec, pruned, autograd)
     dtype = DTYPES.get(spec.precision, torch.float32)
     shapes = linear_shapes(loop.model)
     loop.epoch()
@@ -149,6 +153,7 @@ def main() -> None:
     p.add_argument("--preset", default="mnist1d-mlp")
     p.add_argument("--repeats", type=int, default=7, help="interleaved epochs of each loop per precision")
     p.add_argument("--skip-overhead", action="store_true")
+    p.add_argument("--autograd", action="store_true", help="also time the autograd step (train_step)")
     p.add_argument("--smoke", action="store_true", help="the smallest run (tiny preset, 1 repeat): does it run?")
     args = p.parse_args()
     if args.smoke:
@@ -164,11 +169,13 @@ def main() -> None:
     for precision in precisions:
         spec = dataclasses.replace(base, precision=precision)
         for pruned in (False, True):
-            steps, mms, r = step_ratio(spec, args.repeats, pruned)
-            label = f"{precision}, {'pruned (cycle >= 1)' if pruned else 'dense (cycle 0)'}"
-            print(f"{label}: step {describe(steps)} ms, matmuls {describe(mms)} ms, ratio {describe(r, '{:.2f}')}")
-            if pruned:
-                ratios[precision] = statistics.median(r)
+            for autograd in (False, True) if args.autograd else (False,):
+                steps, mms, r = step_ratio(spec, args.repeats, pruned, autograd)
+                label = f"{precision}, {'pruned (cycle >= 1)' if pruned else 'dense (cycle 0)'}" + \
+                    (", autograd step" if autograd else "")
+                print(f"{label}: step {describe(steps)} ms, matmuls {describe(mms)} ms, ratio {describe(r, '{:.2f}')}")
+                if pruned and not autograd:
+                    ratios[precision] = statistics.median(r)
     if not args.skip_overhead:
         spec = dataclasses.replace(base, precision=auto)
         for cycle, t in enumerate(overhead(spec)):

@@ -21,6 +21,7 @@ from torch import nn
 
 from trainables.checkpoints import CheckpointError, checkpoint_hash, load_checkpoint, save_checkpoint
 from trainables.data import Data
+from trainables.lean import lean_step
 from trainables.plugins import build_model, check_loss, load_data, loss_function, resolve
 from trainables.precision import autocast, grad_scaler, resolve_precision
 from trainables.pruning import Masks, MaskedWeights, apply_masks, density, full_masks, prunable, prune
@@ -225,6 +226,19 @@ def train_step(forward: nn.Module, optimizer: torch.optim.Optimizer, masked: Mas
     return loss.detach()
 
 
+def make_step(forward: nn.Module, optimizer: torch.optim.Optimizer, masked: MaskedWeights, spec: ExperimentSpec,
+              device: torch.device, scaler: torch.amp.GradScaler | None = None
+              ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """A training's step `(x, y) -> detached loss`, chosen once per training: the lean step
+    (`trainables.lean`: the same math without autograd) for a plain Linear+ReLU MLP on a CPU with the project's
+    cross-entropy and SGD, else `train_step` through autograd (user models and losses, other optimizers, GPUs).
+    The optimizer's LR is read at every step: set it in its param groups as before."""
+    lean = lean_step(forward, optimizer, masked, spec, device, scaler)
+    if lean is not None:
+        return lean
+    return lambda x, y: train_step(forward, optimizer, masked, x, y, spec, device, scaler)
+
+
 def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: int,
               start_checkpoint: str | None = None, checkpoint_dir: str | Path | None = None,
               on_epoch: Callable[[dict], None] | None = None,
@@ -252,6 +266,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
     optimizer = make_optimizer(spec.optimizer, model.parameters(), peak)
     masked = MaskedWeights(model, masks)
     scaler = grad_scaler(device, spec.precision)
+    train = make_step(forward, optimizer, masked, spec, device, scaler)
     steps_per_epoch = math.ceil(data.size("train") / spec.batch_size)
     total = spec.epochs * steps_per_epoch
     generator = data_order(seed, cycle)
@@ -266,7 +281,7 @@ def run_cycle(spec: ExperimentSpec, *, cycle: int, max_lr: float | None, seed: i
             lr = lr_at(step, total, peak, spec.schedule)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            epoch_loss += train_step(forward, optimizer, masked, x, y, spec, device, scaler)
+            epoch_loss += train(x, y)
             step += 1
         epochs_run = epoch
         clock.lap("train")
