@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from oracle_search.callbacks import CALLBACKS, callback_name
 from oracle_search.config import SPEC_KEY, base_spec, dump, options, parse_args
 from oracle_search.config import add_options as add_config_options
+from oracle_search.devices import Priced, known, price
 from oracle_search.flags import add_flags as add_field_flags, flagged, renamed_note, say_renamed
 from oracle_search.options import (SearchSpace, add_flags, at_least, check_margin, check_with_spec, from_args,
                                    positive_seconds)
@@ -272,7 +273,7 @@ def _checked(command: str, args: argparse.Namespace) -> tuple[ExperimentSpec, An
     else:
         options = _compare_options(args, spec)
     check_with_spec(command, spec, options)
-    per_epoch = _cost_inputs(args) if hasattr(args, "dry_run") else None
+    per_epoch = _cost_inputs(args, spec, options) if hasattr(args, "dry_run") else None
     if not getattr(args, "dry_run", False):  # a dry run reads the data only to time it (`_dry_run`)
         check_data_dir(spec)
     say_renamed(args)
@@ -366,13 +367,24 @@ def _slots(value: int | None) -> None:
         at_least("slots", value, 1)
 
 
-def _cost_inputs(args: argparse.Namespace) -> float | None:
-    """The estimate's inputs checked at the edge: --slots (only a dry run takes it) and --seconds-per-epoch,
-    which it returns."""
+def _cost_inputs(args: argparse.Namespace, spec: ExperimentSpec, options) -> float | None:
+    """The estimate's inputs checked at the edge: --slots (only a dry run takes it) and --seconds-per-epoch or
+    --price-on (a named GPU's measured figure, `devices`), whose seconds per epoch it returns."""
     if args.slots is not None and not args.dry_run:
         raise SpecError("slots", "only with --dry-run (a run has the cluster's slots)")
     _slots(args.slots)
+    if args.price_on is not None:
+        if not args.dry_run:
+            raise SpecError("price-on", "only with --dry-run (a run times its own GPUs)")
+        if args.seconds_per_epoch is not None:
+            raise SpecError("price-on", "give --price-on NAME or --seconds-per-epoch S, not both")
+        return _priced(args, spec, options).seconds_per_epoch
     return positive_seconds(args.seconds_per_epoch)
+
+
+def _priced(args: argparse.Namespace, spec: ExperimentSpec, options) -> Priced:
+    """--price-on's figure for this plan: fused or alone as the Oracle's trials are (`devices.price`)."""
+    return price(spec, args.price_on, (options if hasattr(options, "fuse") else options.oracle).fuse)
 
 
 def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, options, per_epoch: float | None) -> int:
@@ -399,7 +411,8 @@ def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, optio
 
     # Without --out, a new run's precision: os.devnull is a folder that never holds a recorded spec.json.
     spec = resolve_run_precision(spec, Path(args.out or os.devnull), args.address)
-    found = estimate(command, spec, options, args.address, per_epoch, args.slots, standin)
+    priced = _priced(args, spec, options) if args.price_on is not None else None
+    found = estimate(command, spec, options, args.address, per_epoch, args.slots, standin, priced)
     print(f"{command} --dry-run: {spec.preset}, {spec.cycles + 1} cycles of {spec.epochs} epochs")
     print("\n".join(found.lines()))
     return 0
@@ -589,6 +602,8 @@ def build_parser() -> Parser:
                        "train nothing, write nothing")
         c.add_argument("--seconds-per-epoch", type=float, help="the estimate's seconds per training epoch "
                        "(default: time a few steps on a worker with one trial's resources)")
+        c.add_argument("--price-on", metavar="GPU", help="with --dry-run: price a GPU this machine does not have, "
+                       f"from the seconds per epoch measured on it (known: {known()}; docs/measured.md)")
         c.add_argument("--slots", type=int, help="with --dry-run: plan on N slots instead of the cluster's, and "
                        "simulate the Oracle's search on them with racing and with exhaustive search (a training's "
                        "time as the probe's, with the spread measured on the default)")

@@ -39,6 +39,7 @@ import dataclasses
 import json
 import math
 import os
+import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -47,6 +48,7 @@ from typing import TYPE_CHECKING
 
 from oracle_search.config import ORACLE_MODES
 from oracle_search.delta import DELTA_VALUES, ROUNDS, DeltaPlan
+from oracle_search.devices import Priced
 from oracle_search.fusion import fusable, fuse_size
 from oracle_search.options import positive_seconds
 from oracle_search import sessions
@@ -118,6 +120,7 @@ class Estimate:
     replicates: int = 1  # whole studies run side by side on the same slots (each phase R times, R times as wide)
     oracle_walls: dict[str, float] | None = None  # --slots: the Oracle alone simulated per mode, seconds
     job: JobWalls | None = None  # --slots, compare: the whole job simulated
+    priced: str = ""  # what the seconds per epoch price, in words: this machine's CPU or GPU, a named GPU, a figure
 
     def seconds(self, which: str = "typical") -> float:
         """Training seconds on the slots: typical, or at most. The phases one after another, each as wide as it is;
@@ -132,7 +135,8 @@ class Estimate:
     def record(self) -> dict:
         return {"command": self.command, "precision": self.precision, "slots": self.slots,
                 "seconds_per_epoch": self.seconds_per_epoch, "source": self.source,
-                "phases": [asdict(p) for p in self.phases], "replicates": self.replicates, "seconds": self.seconds(),
+                "priced": self.priced, "phases": [asdict(p) for p in self.phases], "replicates": self.replicates,
+                "seconds": self.seconds(),
                 "seconds_at_most": self.seconds("most"), "oracle_walls": self.oracle_walls,
                 "job": asdict(self.job) if self.job else None}
 
@@ -150,7 +154,7 @@ class Estimate:
         note = ([f"fused: up to {max(p.fuse for p in fused)} max_lr candidates of a (seed, cycle) per trial in "
                  f"{', '.join(p.name for p in fused)} (--fuse); each other phase trains one per trial"]
                 if fused else ["fused: no (one training per trial)"])
-        return [head, *rows, total, *note,
+        return [*self.head(), head, *rows, total, *note,
                 f"precision: {self.precision}",
                 f"seconds per epoch: {self.seconds_per_epoch:.4g} ({self.source})",
                 f"slots: {self.slots} trial(s) at once",
@@ -160,6 +164,33 @@ class Estimate:
                 *([self.job.line()] if self.job else []),
                 f"estimate: {duration(self.seconds())} of training on {self.slots} slot(s) "
                 f"(at most {duration(self.seconds('most'))}), plus Ray's start"]
+
+    def head(self) -> list[str]:
+        """The dry run's first lines, one each: what it priced, the wall, and what bounds it with both figures."""
+        return [f"priced: {self.priced or f'a given figure, --seconds-per-epoch {self.seconds_per_epoch:g}'}",
+                f"wall: {duration(self.seconds())} of training on {self.slots} slot(s)"
+                f"{' (the whole job simulated)' if self.job else ''}, plus Ray's start",
+                self.bound_line()]
+
+    def bound_line(self) -> str:
+        """What bounds the wall: the work or the chain, with both figures. Without the whole job simulated (no
+        --slots, fused trials, or `oracle`) the wall is the phases one after another, each as wide as the trials it
+        hands out at once: bounded by the work where that is most of it, else by the phases' widths."""
+        if self.job:
+            job = self.job
+            return (f"{job.bound()} (the work alone: {duration(job.work)}; the longest chain of dependent "
+                    f"trainings: {duration(job.longest_chain)})")
+        R, wall = self.replicates, self.seconds()
+        work = sum(R * p.typical_epochs for p in self.phases) * self.seconds_per_epoch / self.slots
+        why = ("the simulator runs one training a slot and these trials fuse (--fuse)" if any(
+            p.fuse > 1 for p in self.phases) else "no --slots N was given" if self.oracle_walls is None else
+            "`oracle` simulates the Oracle alone (below)")
+        said = f"the work alone: {duration(work)}; the chain: not simulated, since {why}"
+        if wall <= 1.25 * work:
+            return f"bounded by the work: more slots would shorten it; {said}"
+        narrow = [p.name for p in self.phases if R * p.width < self.slots]
+        return (f"bounded by the phases' widths: {', '.join(narrow)} hand out fewer trials at once than the "
+                f"{self.slots} slots, and each phase waits for the one before; {said}")
 
     def walls_line(self) -> str:
         walls = ", ".join(f"{mode} {duration(s)}" for mode, s in self.oracle_walls.items())
@@ -401,7 +432,23 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS, fuse: int = 1, st
     evaluation = (clock() - start) / fuse * data.size("val") / evaluated.size("val")
     return {"seconds_per_epoch": per_epoch * step + evaluation, "step": step, "steps": steps, "batch": batch,
             "evaluation": evaluation, "evaluated": evaluated.size("val"), "steps_per_epoch": per_epoch,
-            "device": str(device), "fuse": fuse}
+            "device": str(device), "name": device_name(device), "fuse": fuse}
+
+
+def device_name(device) -> str:
+    """A probe's device by its own name, for the dry run's "priced" line: the GPU's (CUDA's), else the CPU's model
+    (Linux's /proc/cpuinfo, else what `platform` knows)."""
+    import torch  # here, not at the top (the module docstring's comment on imports)
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
 
 
 def copy_gpus(copies: int, gpus_per_trial: float, gpus: int) -> list[int]:
@@ -491,13 +538,14 @@ def oracle_walls(spec: ExperimentSpec, options, slots: int, seconds_per_epoch: f
 
 def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
              seconds_per_epoch: float | None = None, slots: int | None = None,
-             standin: StandIn | None = None) -> Estimate:
+             standin: StandIn | None = None, priced: Priced | None = None) -> Estimate:
     """The plan of `command` and its wall time; `spec.precision` must be resolved already. Nothing is timed when
     `seconds_per_epoch` is given; else the probe times the data, or `standin`'s inputs where the data is absent
     (`trainables.standin.stand_in`). `slots`: plan on that many slots instead of the cluster's (the probe still runs
     as many copies at once as this cluster's trials would), and simulate on them the Oracle alone both ways
     (`oracle_walls`) and a compare whole (`simulate_job`, whose replicates' ledgers then give the typical counts;
-    unfused trials only: a fused trial's candidates share one slot)."""
+    unfused trials only: a fused trial's candidates share one slot). `priced`: what a given `seconds_per_epoch`
+    prices and where it comes from (`devices.price`: a named GPU's measured figure); default a given figure."""
     # Ray, Tune, torch: here, not at the top
     from oracle_search.cluster import trial_slots
     from oracle_search.simulate_job import simulate
@@ -507,7 +555,8 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
     n = slots or here
     fuse = candidates_per_trial(spec, (options if command == "oracle" else options.oracle).fuse)
     if seconds_per_epoch is not None:
-        per_epoch, source = seconds_per_epoch, "given"
+        per_epoch, source = seconds_per_epoch, priced.source if priced else "given"
+        what = priced.priced if priced else f"a given figure, --seconds-per-epoch {seconds_per_epoch:g}"
     else:
         # Fused, the probe times a fused network of the grid's candidates, the Oracle's first and widest round.
         timed = min(fuse, len(set(spec.grid)))
@@ -515,6 +564,8 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
         per_epoch = t["seconds_per_epoch"]
         fused = f", {timed} candidates fused, a candidate's share" if timed > 1 else ""
         where = f"{t['device']}, {spec.resources.threads} thread(s), {t['copies']} at once{fused}"
+        kind = "GPU" if t["device"].startswith("cuda") else "CPU"
+        what = f"{'a worker' if address else 'this machine'}'s {kind}, {t['name']}, timed ({where})"
         if standin is None:
             source = (f"timed ({where}): {t['steps']} steps of {t['step'] * 1e3:.2f} ms x {t['steps_per_epoch']} "
                       f"+ one evaluation {t['evaluation'] * 1e3:.0f} ms")
@@ -530,7 +581,7 @@ def estimate(command: str, spec: ExperimentSpec, options, address: str | None,
         oracle = options if command == "oracle" else options.oracle
         walls = oracle_walls(spec, oracle, n, per_epoch, simulated if command == "oracle" else None)
     return Estimate(command, spec.precision, n, per_epoch, source, phases, replicates, walls,
-                    simulated.walls if whole else None)
+                    simulated.walls if whole else None, what)
 
 
 def write_expected(out: Path, command: str, spec: ExperimentSpec, options, address: str | None,
