@@ -17,7 +17,7 @@ from trainables.spec import ExperimentSpec, SpecError
 BY_HAND = {"-h", "--help", "--preset", "--no-amp", "--address", "--callback", "--config", "--print-config",
            "--density-target", "--batches",  # premise's own
            "--epsilon-range", "--delta-range", "--q-range", "--beta-range", "--dry-run", "--seconds-per-epoch",
-           "--slots", "--out", "--max-lr", "--cycle", "--start", "--json",
+           "--price-on", "--slots", "--out", "--max-lr", "--cycle", "--start", "--json",
            "--densities", "--latex"}  # paper-table's own inputs: no spec or options field
 
 
