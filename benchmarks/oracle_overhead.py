@@ -20,10 +20,9 @@ from pathlib import Path
 import ray
 import torch
 
-from oracle_search.engine import Progress
+from oracle_search.engine import Progress, own_runner
 from oracle_search.racing import OracleSearch  # noqa: E402
 
-from oracle_search.runner import Runner
 from oracle_search.cluster import connect
 from oracle_search.oracle import run_oracle
 from trainables.cycle import run_cycle
@@ -40,7 +39,7 @@ def with_ray(spec: ExperimentSpec, seeds: list[int], out: Path) -> tuple[float, 
     start = time.perf_counter()
     connect(None)  # what the Runner does first; timed apart to show it
     startup = time.perf_counter() - start
-    with Runner(out=out, spec=spec, experiment=spec.preset, progress=Progress(io.StringIO())) as runner:
+    with own_runner(out=out, spec=spec, experiment=spec.preset, progress=Progress(io.StringIO())) as runner:
         # The whole grid at every cycle, no refinement: the same trials as the in-process loop below.
         outcomes = run_oracle(runner, OracleSearch(spec.grid, tuple(seeds), 0, False, "exhaustive"))
     seconds = time.perf_counter() - start

@@ -1,47 +1,32 @@
 """Run pruning-cycle trainings on Ray Tune: the `Engine`, one long-lived Tune experiment that trains what one or
 more Runners (`oracle_search.runner`: one results folder each) hand it, and hands each finished training's row to
-its Runner at once. Beside it: `cluster.py` (where trials run, how many at once), `fusion.py` (candidates per
-trial), `searcher.py` (the Tune searcher the Runners feed) and `warm.py` (idle actors kept between batches).
+its Runner at once; an `executor.Executor`. `own_runner`: a single command's Runner on an Engine of its own. Beside
+it: `cluster.py` (where trials run, how many at once), `fusion.py` (candidates per trial), `searcher.py` (the Tune
+searcher the Runners feed) and `warm.py` (idle actors kept between batches).
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 from ray import tune
 
 from oracle_search.cluster import allow_pending, connect, trial_slots
-from oracle_search.executor import Executor
+# PLACEMENT, BOOKKEEPING, RERUN: also read here by their older name (oracle_search.engine.X)
+from oracle_search.executor import BOOKKEEPING, PLACEMENT, RERUN, ROW_METRICS, RunFailed, Trials  # noqa: F401
 from oracle_search.progress import Progress, latest_error
-from oracle_search.schema import COLUMNS
+from oracle_search.runner import Runner, open_runners
 from oracle_search.searcher import TrialQueue
 from oracle_search.warm import warm_actors
-from trainables.cycle import CycleResult
 from trainables.sources import runtime_env
 from trainables.spec import ExperimentSpec
 from trainables.timestamps import utc_now
 from trainables.tune_adapter import any_cycle_trainable, fused_rows
 
-
-# What a trial reports that becomes its row: the cycle's own fields (trainables.cycle.CycleResult) that are
-# results-table columns, but its checkpoint's local path (the row holds the storage URI), plus where it ran.
-PLACEMENT = ("gpu_ids", "node_id")
-ROW_METRICS = tuple(f.name for f in dataclasses.fields(CycleResult) if f.name in COLUMNS and f.name != "checkpoint") \
-    + PLACEMENT
-# What the engine adds to a row beside the metrics and the training's tags.
-BOOKKEEPING = ("experiment", "key", "trial_id", "queued", "checkpoint", "fused", "reused")
-# `ray up` hands the autoscaler this file on the head (cluster.yaml: --autoscaling-config), resources filled in.
 ABORT_JOIN_S = 20.0  # how long an interrupted run waits for Tune to stop its trials
-
-
-class RunFailed(RuntimeError):
-    """Trials failed even after retries; finished ones are kept, a rerun resumes."""
-
-
-RERUN = "finished trials are kept, rerun the command to resume"
 
 
 def last_error_line(trial) -> str:
@@ -77,6 +62,32 @@ class _Abort(tune.Stopper):
         self.__init__()
 
 
+class _Hooks(tune.Callback):
+    """Tune's callback around a plain object with some of Tune's hooks (`Progress.callback`'s watcher: the progress
+    module imports no Ray, so that the simulated job runs without it)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def setup(self, *args, **info):
+        self.inner.setup(*args, **info)
+
+    def on_step_end(self, *args, **info):
+        self.inner.on_step_end(*args, **info)
+
+    def on_trial_start(self, *args, **info):
+        self.inner.on_trial_start(*args, **info)
+
+    def on_trial_recover(self, *args, **info):
+        self.inner.on_trial_recover(*args, **info)
+
+    def on_trial_error(self, *args, **info):
+        self.inner.on_trial_error(*args, **info)
+
+    def on_experiment_end(self, *args, **info):
+        self.inner.on_experiment_end(*args, **info)
+
+
 class _Record(tune.Callback):
     """Hands started, finished and failed trials to the engine, in the driver process."""
 
@@ -108,9 +119,9 @@ def incomplete(result: dict, checkpoint) -> str | None:
     return None
 
 
-class Engine(Executor):
+class Engine(Trials):
     """The executor on Ray Tune (`executor.Executor`): one long-lived Tune experiment that trains what one or more
-    Runners hand it. A Runner owns a results
+    Runners hand it; it starts on the first hand-over, or where its maker calls `start`. A Runner owns a results
     folder (its spec, ledger and progress); the engine owns the Tune side: the queue of trial configs, Tune's
     thread, and which Runner each trial belongs to, so a finished trial lands in its own folder's ledger.
 
@@ -121,7 +132,7 @@ class Engine(Executor):
     def __init__(self, spec: ExperimentSpec, experiment: str, address: str | None, storage: str,
                  progress: Progress, trainable: Callable[[dict], None] = any_cycle_trainable,
                  max_failures: int = 2, callbacks: tuple[tune.Callback, ...] = ()):
-        super().__init__(threading.Condition(), storage)
+        super().__init__(threading.Condition(), storage, max_failures)
         self.spec, self.experiment, self.address = spec, experiment, address
         self.progress, self.trainable, self.max_failures, self.callbacks = progress, trainable, max_failures, callbacks
         self.queue: TrialQueue | None = None
@@ -135,7 +146,7 @@ class Engine(Executor):
         if self.queue is not None:
             self.queue.prioritise(key, priority)
 
-    def submit(self, configs: list[dict]) -> None:
+    def _queue(self, configs: list[dict]) -> None:
         self.start()
         stamp = utc_now()
         self._queued.update({c["key"]: stamp for c in configs})
@@ -143,6 +154,10 @@ class Engine(Executor):
 
     def alive(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
+
+    def slots(self, per: int = 1) -> int:
+        """How many groups of `per` trials run at once (`trial_slots`)."""
+        return trial_slots(self.spec, self.address, per)
 
     def close(self, abort: bool = False) -> None:
         """End the experiment: once the queued trials ran, or with `abort` at once, stopping running trials
@@ -185,13 +200,13 @@ class Engine(Executor):
             if "fused" in metrics:
                 row["fused"] = metrics["fused"]
             owner.landed(row)
-            with self.done:
+            with self.cond:
                 self.finished[row_key] = row
-        with self.done:
+        with self.cond:
             if key not in self.finished:  # a fused trial's own key stands for its candidates' rows
                 self.finished[key] = {"key": key, "fused_keys": [m["key"] for m in candidates]}
             self.news += 1
-            self.done.notify_all()
+            self.cond.notify_all()
 
     def _retry(self, config: dict, why: str) -> None:
         """A trial that ended without a row is an error: run it again, up to `max_failures` times."""
@@ -207,11 +222,11 @@ class Engine(Executor):
 
     def _failed(self, config: dict, why: str) -> None:
         """A trial failed for good; a fused trial's candidates too (another phase may wait for one of them)."""
-        with self.done:
+        with self.cond:
             for key in (config["key"], *config.get("keys", ())):
                 self.failed[key] = why
             self.news += 1
-            self.done.notify_all()
+            self.cond.notify_all()
 
     def start(self) -> None:
         with self._starting:
@@ -239,21 +254,34 @@ class Engine(Executor):
             run_config=tune.RunConfig(
                 name=f"{self.experiment}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
                 storage_path=self.storage, failure_config=tune.FailureConfig(max_failures=self.max_failures),
-                stop=abort, verbose=0, callbacks=[_Record(self), self.progress.callback(
-                    lambda key: self._owner[key][1].tags, lambda: len(queue.pending)), *self.callbacks]),
+                stop=abort, verbose=0, callbacks=[_Record(self), _Hooks(self.progress.callback(
+                    lambda key: self._owner[key][1].tags, lambda: len(queue.pending))), *self.callbacks]),
         )
 
         def fit() -> None:
             try:
                 with warm_actors():
                     tuner.fit()
-            except BaseException as err:  # surfaced by Runner.run as RunFailed
-                self.tune_error = err
+            except BaseException as err:  # surfaced by Runner.run as RunFailed (`failure`)
+                self.stopped = err
             finally:
-                with self.done:
+                with self.cond:
                     self.news += 1
-                    self.done.notify_all()
+                    self.cond.notify_all()
 
         self.queue, self._abort = queue, abort
         self.thread = threading.Thread(target=fit, name="tune", daemon=True)
         self.thread.start()
+
+
+def own_runner(out: Path, spec: ExperimentSpec, experiment: str | None = None, address: str | None = None,
+               progress: Progress | None = None, trainable: Callable[[dict], None] = any_cycle_trainable,
+               max_failures: int = 2, callbacks: tuple[tune.Callback, ...] = (), fuse: int = 1) -> Runner:
+    """A single command's Runner on an Engine of its own (`open_runners`), closed with it: its trials write under
+    the spec's storage path, else OUT/tune. `experiment`: the Tune experiment's name (default the preset);
+    `trainable`, `max_failures`, `callbacks`: the Engine's (what trains a trial, its retries, more Tune callbacks,
+    e.g. oracle_search.callbacks.logger_callbacks)."""
+    out, progress, experiment = Path(out).resolve(), progress or Progress(), experiment or spec.preset
+    engine = Engine(spec, experiment, address, spec.resources.storage_path or str(out / "tune"), progress,
+                    trainable, max_failures, callbacks)
+    return open_runners(engine, {1: (out, spec)}, progress, fuse, experiment, closes=True)[1]

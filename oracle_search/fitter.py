@@ -33,7 +33,7 @@ import optuna
 from optuna.exceptions import ExperimentalWarning, UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from oracle_search.engine import RunFailed
+from oracle_search.executor import RunFailed
 from oracle_search.options import FitOptions, SearchSpace
 from oracle_search.runner import Runner
 from oracle_search.schema import Method, Stage

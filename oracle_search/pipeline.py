@@ -21,9 +21,8 @@ from oracle_search.baselines import run_baselines
 from oracle_search.callbacks import logger_callbacks
 from oracle_search.cluster import (cluster_address, connect, local_trial_device, probe_precision,
                                    trials_run_here)
-from oracle_search.engine import Engine, RunFailed
-from oracle_search.runner import Runner
-from oracle_search.fusion import fuse_size
+from oracle_search.engine import Engine, RunFailed, own_runner
+from oracle_search.runner import Runner, open_runners
 from oracle_search.lock import holding
 from oracle_search.options import CompareOptions, FitOptions, OracleOptions, check_with_spec
 from oracle_search.progress import Progress
@@ -136,8 +135,7 @@ def _runner(spec: ExperimentSpec, out: Path, address: str | None, callbacks: lis
     spec = resolve_run_precision(spec, out, address)
     prepare_out(out, spec)
     recorded_options.record(out, record or {})
-    return Runner(out=out, spec=spec, experiment=spec.preset, address=address,
-                  callbacks=logger_callbacks(callbacks, out, spec.preset), fuse=fuse_size(spec, fuse))
+    return own_runner(out, spec, address=address, callbacks=logger_callbacks(callbacks, out, spec.preset), fuse=fuse)
 
 
 def one_driver(command: str):
@@ -233,13 +231,10 @@ def compare(spec: ExperimentSpec, out: Path, options: CompareOptions = CompareOp
                 stack.enter_context(holding(folder, "oracle-search compare (replicate)", say))
         engine = Engine(first, first.preset, address, first.resources.storage_path or str(out / "tune"), progress,
                         callbacks=logger_callbacks(callbacks, out, first.preset))
-        runners = {}
         for r, s in specs.items():
             prepare_out(folders[r], s)
             recorded_options.record(folders[r], sections)
-            runners[r] = Runner(out=folders[r], spec=s, experiment=s.preset, address=address,
-                                progress=progress if R == 1 else progress.tagged(f"r{r}"),
-                                fuse=fuse_size(s, options.oracle.fuse), engine=engine)
+        runners = open_runners(engine, {r: (folders[r], s) for r, s in specs.items()}, progress, options.oracle.fuse)
         estimate.write_expected(out, "compare", first, options, address, seconds_per_epoch, say)
         # Ray's processes die with the thread that started them (PR_SET_PDEATHSIG): the engine starts here.
         engine.start()

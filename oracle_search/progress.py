@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
-from ray import tune
-
 from oracle_search import sessions
 from oracle_search.status import Eta, Pace
 
@@ -184,8 +182,9 @@ class Progress:
 
     # --- Tune ------------------------------------------------------------------------------------------------
 
-    def callback(self, tags: Callable[[str], dict], queued: Callable[[], int]) -> tune.Callback:
-        """A Tune callback feeding this progress: `tags(key)` gives a trial's results-table tags (its method),
+    def callback(self, tags: Callable[[str], dict], queued: Callable[[], int]) -> "_Watch":
+        """Tune's hooks feeding this progress (`engine.Engine` hands them to Tune: this module imports no Ray, so
+        that the simulated job runs without it): `tags(key)` gives a trial's results-table tags (its method),
         `queued()` the number of trials the driver queued that Tune has not taken yet."""
         return _Watch(self, tags, queued)
 
@@ -207,7 +206,7 @@ class Tagged:
         return getattr(self.progress, name)
 
 
-class _Watch(tune.Callback):
+class _Watch:
     """Reads Tune's trial list for the status line and shows failures as they happen, in the driver."""
 
     def __init__(self, progress: Progress, tags: Callable[[str], dict], queued: Callable[[], int]):

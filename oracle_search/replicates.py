@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from oracle_search.engine import RERUN
+from oracle_search.executor import RERUN
 from oracle_search.schema import read_results
 from oracle_search.seeds import SEED_STRIDE
 from trainables.atomic import atomic_write_json

@@ -7,7 +7,8 @@ what the wall time would be with a slot for every training that is ready; and ea
 the estimate counts its typical trainings (`estimate.typical`).
 
 **The clock** moves only when every line of work waits on the engine (`SimEngine`): a driver's thread that hands
-over trainings and waits, or waits on another line's event, stops counting; when none counts, the trainings
+over trainings and waits (the executor's own `wait`: `executor.Executor`), or waits on another line's event, stops
+counting; when none counts, the trainings
 queued so far take free slots (in the order handed over), and the earliest running one finishes: its row lands
 in its folder's ledger as a real one would, and the lines waiting on the engine go on.
 
@@ -42,12 +43,9 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from oracle_search.engine import ROW_METRICS
-from oracle_search.executor import Executor
-
+from oracle_search.executor import ROW_METRICS, Trials
 from oracle_search.identity import Training
-
-from oracle_search.runner import Runner
+from oracle_search.runner import open_runners
 from oracle_search.progress import Progress
 from oracle_search.replicates import replicate_dir
 from oracle_search.schema import unused_finals
@@ -95,33 +93,6 @@ class Model:
                 "finished": "", "gpu_ids": "", "node_id": "simulated"}
 
 
-class _Clocked:
-    """The engine's condition (`with engine.done:`, `engine.done.wait()`): a wait stops its thread counting, and
-    the clock moves once no thread counts (`SimEngine`). Waits ignore their timeout: nothing happens in real time."""
-
-    def __init__(self, sim: "SimEngine"):
-        self.sim, self.cond = sim, threading.Condition(sim.lock)
-
-    def __enter__(self):
-        return self.cond.__enter__()
-
-    def __exit__(self, *exc):
-        return self.cond.__exit__(*exc)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        sim = self.sim
-        generation = sim.generation
-        sim.waiting += 1
-        sim.stop_counting()
-        while sim.generation == generation and not sim.stuck:
-            self.cond.wait()
-        sim.take_turn()
-        return True
-
-    def notify_all(self) -> None:
-        self.cond.notify_all()
-
-
 class _Event:
     """`Engine.event` on the clock: a thread waiting for it does not count until another line sets it."""
 
@@ -135,7 +106,7 @@ class _Event:
             self.chain = max(self.chain, sim.chain_of())
             sim.runnable += self.waiters
             self.waiters = 0
-            sim.done.notify_all()
+            sim.cond.notify_all()
 
     def is_set(self) -> bool:
         return self.flag
@@ -147,7 +118,7 @@ class _Event:
                 self.waiters += 1
                 sim.stop_counting()
                 while not self.flag and not sim.stuck:
-                    sim.done.cond.wait()
+                    sim.cond.wait()
             sim.take_turn()
             sim.see(self.chain)
         return self.flag
@@ -164,18 +135,18 @@ class _Group:
     seen: float = 0.0
 
 
-class SimEngine(Executor):
+class SimEngine(Trials):
     """The executor on a virtual clock with `slots` slots (`executor.Executor`; module docstring). Made in the
-    thread that then drives it (it counts as the one line running)."""
+    thread that then drives it (it counts as the one line running). Nothing fails, so nothing is retried."""
 
     def __init__(self, model: Model, slots: int):
-        self.lock = threading.RLock()  # first: the clocked condition is made on it
-        super().__init__(_Clocked(self))
-        self.model, self.slots = model, slots
+        self.lock = threading.RLock()  # every wait below is on `cond`, made on it
+        super().__init__(threading.Condition(self.lock))
+        self.model, self.width = model, slots
         self.now = 0.0
-        self.generation = 0  # clock moves so far: a wait on `done` ends at the next one
+        self.generation = 0  # clock moves so far: a `wait` ends at the next one
         self.runnable = 1  # lines not waiting (the thread that made the engine is the first)
-        self.waiting = 0  # threads waiting on `done`
+        self.waiting = 0  # threads waiting in `wait`
         self.stuck = False  # every line waits and nothing runs: the lines' waits end (Runner.run raises)
         # The lines that count run one at a time (module docstring): the thread whose turn it is (None: nobody's;
         # the thread that made the engine runs alone until it starts lines), and the threads that count and wait
@@ -252,7 +223,7 @@ class SimEngine(Executor):
         self.turns[me] = self.paths.get(me, "")
         self._give_turn()
         while self.turn != me and not self.stuck:
-            self.done.cond.wait()
+            self.cond.wait()
         self.turns.pop(me, None)
 
     def _end_turn(self) -> None:
@@ -263,20 +234,34 @@ class SimEngine(Executor):
         """Once nobody's turn runs and every line that counts waits for its turn: the first by path."""
         if self.turn is None and self.turns and len(self.turns) >= self.runnable:
             self.turn = min(self.turns, key=lambda thread: self.turns[thread])
-            self.done.notify_all()
+            self.cond.notify_all()
 
     # --- the engine's side -------------------------------------------------------------------------------------
 
-    def start(self) -> None:  # nothing to start: no Ray, no Tune
-        return None
+    def wait(self, seen: int | None = None, timeout: float = 1.0) -> int:
+        """The clock's wait: while the count is `seen`, the calling line stops counting until the clock next moves
+        (a training lands; `_move`), or every line waits and nothing runs (`stuck`). The timeout is ignored:
+        nothing happens in real time."""
+        with self.lock:
+            if seen is not None and self.news == seen:
+                generation = self.generation
+                self.waiting += 1
+                self.stop_counting()
+                while self.generation == generation and not self.stuck:
+                    self.cond.wait()
+                self.take_turn()
+            return self.news
 
     def alive(self) -> bool:
         return not self.stuck
 
+    def slots(self, per: int = 1) -> int:
+        return max(1, self.width // per)
+
     def close(self, abort: bool = False) -> None:
         return None
 
-    def submit(self, configs: list[dict]) -> None:
+    def _queue(self, configs: list[dict]) -> None:
         with self.lock:
             me = threading.get_ident()
             self.queue += [(self._owner[config["key"]][1], self.chains.get(me, 0.0), me) for config in configs]
@@ -298,7 +283,7 @@ class SimEngine(Executor):
         """While no line counts: start what the free slots take, then finish the earliest training; wake the
         lines waiting on the engine."""
         while self.runnable <= 0:
-            while self.queue and len(self.running) < self.slots:
+            while self.queue and len(self.running) < self.width:
                 # the highest priority first (`Training.priority`), then by identity (the queue's docstring)
                 first = min(range(len(self.queue)), key=lambda i: (-self.queue[i][0].priority,
                                                                    self.queue[i][0].tags.get("training", ""),
@@ -310,7 +295,7 @@ class SimEngine(Executor):
                                               chain + row["seconds"], thread))
             if not self.running:
                 self.stuck = True
-                self.done.notify_all()
+                self.cond.notify_all()
                 return
             end, _, training, row, chain, submitter = heapq.heappop(self.running)
             self.now = end
@@ -323,7 +308,7 @@ class SimEngine(Executor):
             self.generation += 1
             self.runnable += self.waiting
             self.waiting = 0
-            self.done.notify_all()
+            self.cond.notify_all()
 
     def _land(self, training: Training, metrics: dict) -> None:
         owner = self._owner[training.key][0]
@@ -333,13 +318,6 @@ class SimEngine(Executor):
         owner.landed(row)
         self.finished[training.key] = row
         self.news += 1
-
-
-class SimRunner(Runner):
-    """A Runner on a `SimEngine`: its slots are the simulated cluster's."""
-
-    def slots(self, per: int = 1) -> int:
-        return max(1, self.engine.slots // per)
 
 
 @dataclass(frozen=True)
@@ -453,10 +431,9 @@ def simulate_compare(spec: ExperimentSpec, options, slots: int, seconds_per_epoc
 def _simulate(spec: ExperimentSpec, plan_of, R: int, slots: int, model: Model, study) -> Simulation:
     with tempfile.TemporaryDirectory(prefix="oracle-search-sim-") as tmp:
         engine = SimEngine(model, slots)
-        specs = {r: replicate_spec(spec, r) if R > 1 else spec for r in range(1, R + 1)}
-        runners = {r: SimRunner(out=replicate_dir(Path(tmp), r), spec=s, experiment=s.preset,
-                                progress=Progress(io.StringIO()), engine=engine)
-                   for r, s in specs.items()}
+        folders = {r: (replicate_dir(Path(tmp), r), replicate_spec(spec, r) if R > 1 else spec)
+                   for r in range(1, R + 1)}
+        runners = open_runners(engine, folders, Progress(io.StringIO()))
         studies = side_by_side({f"replicate-{r}": lambda runner=runner: study(runner, plan_of(runner.spec))
                                 for r, runner in runners.items()}, engine)
         first_error(studies)

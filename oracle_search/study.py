@@ -43,7 +43,7 @@ def run_study(runner, plan: StudyPlan):
     say(f"compare: {spec.preset}, {spec.cycles + 1} cycles, tuning seeds {tune}, evaluation seeds {evaluate} "
         f"-> {runner.out}")
     say("== 1/4 Oracle ==")
-    dense_decided = runner.engine.event()
+    dense_decided = runner.executor.event()
     # What the lines beside the Oracle will train, held for retention from before they start until each ends
     # (`retention.Claim`): silo_paper's cycles 0..q at ε may be rows the Oracle's later cycles would delete.
     releases = {}
@@ -92,10 +92,7 @@ def run_study(runner, plan: StudyPlan):
             "baselines": beside_the_oracle(baselines)}
     if plan.fit is None:
         del work["silo_fit"]
-    # Ray's processes die with the thread that started them (PR_SET_PDEATHSIG), so the engine starts here: were
-    # a line to start it, Ray would go when that line ends.
-    runner.engine.start()
-    lines = side_by_side(work, runner.engine)
+    lines = side_by_side(work, runner.executor)  # its maker started it (`pipeline.compare`)
     runner.write_results()
     first_error(lines)
     study, fitted = lines["silo_fit"].value if "silo_fit" in lines else (None, None)

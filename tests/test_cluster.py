@@ -28,7 +28,7 @@ from oracle_search.racing import OracleSearch
 
 from oracle_search.identity import Training
 
-from oracle_search.runner import Runner
+from oracle_search.engine import own_runner
 from oracle_search.oracle import run_oracle
 from trainables.presets import PRESETS
 from trainables.spec import Resources
@@ -174,8 +174,8 @@ def test_trials_pack_onto_the_gpus_ray_assigns(two_nodes, tmp_path, gpus_per_tri
     """Two nodes with one fake GPU each (conftest's shared cluster): whole GPUs hold one trial, halves two."""
     spec = dataclasses.replace(TINY, resources=Resources(cpus_per_trial=1, gpus_per_trial=gpus_per_trial))
     log = tmp_path / "log"
-    with Runner(out=tmp_path / "out", spec=spec, experiment="gpus", address=two_nodes.address,
-                trainable=together(log, side_by_side), progress=Progress(io.StringIO())) as runner:
+    with own_runner(out=tmp_path / "out", spec=spec, experiment="gpus", address=two_nodes.address,
+                    trainable=together(log, side_by_side), progress=Progress(io.StringIO())) as runner:
         rows = runner.run(cycle0_trials(spec, 4))
 
     assert sorted(rows) == ["t0", "t1", "t2", "t3"]
@@ -199,8 +199,8 @@ def test_oracle_spreads_over_two_nodes_and_chains_through_shared_storage(two_nod
     # (a trial's whole CPUs), since the fake nodes share this machine's 2 cores
     spec = dataclasses.replace(TINY, cycles=1, grid=(0.03, 0.1, 0.3),
                                resources=Resources(cpus_per_trial=1.5, storage_path=str(shared)))
-    with Runner(out=tmp_path / "out", spec=spec, experiment="nodes", address=two_nodes.address,
-                trainable=together(tmp_path / "log", 2), progress=Progress(io.StringIO())) as runner:
+    with own_runner(out=tmp_path / "out", spec=spec, experiment="nodes", address=two_nodes.address,
+                    trainable=together(tmp_path / "log", 2), progress=Progress(io.StringIO())) as runner:
         outcomes = run_oracle(runner, OracleSearch(spec.grid, (0,), 0, False, "exhaustive"))
         rows = runner.ledger.rows()
 

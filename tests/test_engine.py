@@ -18,7 +18,7 @@ from ray import cloudpickle, tune
 
 from trainables import atomic
 from conftest import flip_middle_byte
-from oracle_search.engine import Progress, RunFailed
+from oracle_search.engine import Progress, RunFailed, own_runner
 from oracle_search.identity import Training
 from oracle_search.runner import Runner
 from oracle_search.ledger import Ledger
@@ -37,7 +37,7 @@ def trial(key: str, max_lr: float = 0.1, seed: int = 0) -> Training:
 
 
 def runner(out: Path, **kw) -> Runner:
-    return Runner(out=out, spec=TINY, experiment="engine", progress=Progress(io.StringIO()), **kw)
+    return own_runner(out, TINY, "engine", progress=Progress(io.StringIO()), **kw)
 
 
 def trial_dirs(out: Path) -> list[str]:
@@ -223,8 +223,8 @@ def test_the_actors_grow_to_the_slots_when_trials_are_shorter_than_an_actors_sta
     spec = dataclasses.replace(TINY, resources=dataclasses.replace(TINY.resources, cpus_per_trial=0.5))
     log = tmp_path / "pids"
     log.mkdir()
-    with Runner(out=tmp_path / "run", spec=spec, experiment="engine", progress=Progress(io.StringIO()),
-                trainable=partial(record_pid, str(log))) as r:
+    with own_runner(tmp_path / "run", spec, "engine", progress=Progress(io.StringIO()),
+                    trainable=partial(record_pid, str(log))) as r:
         assert r.slots() == 4
         r.run([trial("a", seed=0), trial("b", seed=1)])
         for k in range(3):
@@ -393,7 +393,7 @@ def test_slots_count_what_the_cluster_may_grow_to_not_its_present_size(make_clus
 
     def slots(per: int = 1, **resources) -> int:
         spec = dataclasses.replace(TINY, resources=Resources(**resources))
-        return Runner(out=tmp_path / "out", spec=spec, experiment="slots", address=cluster.address).slots(per)
+        return own_runner(tmp_path / "out", spec, "slots", address=cluster.address).slots(per)
 
     monkeypatch.setattr(where, "AUTOSCALER_CONFIG", tmp_path / "none.yaml")
     assert slots() == 1

@@ -19,6 +19,7 @@ import pytest
 from analysis.report import estimate_note
 from oracle_search import estimate, racing, sessions
 from oracle_search.cli import main
+from oracle_search.engine import Engine, own_runner
 from oracle_search.fusion import pack
 from oracle_search.runner import Runner, Started
 from oracle_search.simulate_job import simulate
@@ -194,8 +195,9 @@ def test_oracle_never_trains_more_than_the_plan_says(tmp_path, grid, refine, run
     rng = random.Random(0)
     counts = []
     for i in range(runs):
+        progress = Progress(io.StringIO(), live=False)  # an Engine never started: its slots, no Ray
         runner = RecordingRunner(out=tmp_path / str(i), spec=spec, experiment="plan", fuse=3, rng=rng,
-                                 progress=Progress(io.StringIO(), live=False))
+                                 executor=Engine(spec, "plan", None, "", progress), progress=progress)
         run_oracle(runner, OracleSearch(tuple(grid), (0, 1), refine, True, "exhaustive"))
         counts.append((runner.trainings, runner.trials))
         for cycle, values in runner.rounds.items():
@@ -530,7 +532,7 @@ def test_local_timing_copies_run_on_the_gpus_their_trials_would_get(copies, per_
 def test_the_estimate_and_the_runner_count_slots_with_one_function(tmp_path):
     """--max-concurrent, in groups of `per`: the same answer from the Runner and the estimate (cluster.trial_slots)."""
     spec = dataclasses.replace(SPEC, resources=Resources(max_concurrent=6))
-    runner = Runner(out=tmp_path / "out", spec=spec, experiment="slots")
+    runner = own_runner(tmp_path / "out", spec, "slots")
     assert runner.slots() == trial_slots(spec, None) == 6 and runner.slots(4) == trial_slots(spec, None, 4) == 1
     assert estimate.estimate("oracle", spec, OPTIONS.oracle, None, seconds_per_epoch=1.0).slots == 6
 
@@ -563,7 +565,7 @@ def test_on_a_fake_4_gpu_ray_fuse_4_plans_a_quarter_of_the_trials(tmp_path, caps
         assert "fused: up to 4 max_lr candidates" in plans["4"][1]
         assert "estimate: 22.5 s" in plans["1"][1] and "estimate: 30.0 s" in plans["4"][1]
         spec = dataclasses.replace(SPEC, resources=Resources(gpus_per_trial=1))
-        runner = Runner(out=tmp_path / "out", spec=spec, experiment="slots", address=cluster.address)
+        runner = own_runner(tmp_path / "out", spec, "slots", address=cluster.address)
         assert runner.slots() == trial_slots(spec, cluster.address) == 4
         two = dataclasses.replace(spec, resources=Resources(gpus_per_trial=2))
         assert trial_slots(two, cluster.address) == 2

@@ -19,7 +19,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from oracle_search.config import base_spec, load
 from oracle_search.engine import Progress
 from oracle_search.identity import Training
-from oracle_search.runner import Runner
+from oracle_search.engine import own_runner
 from conftest import cli
 from trainables.spec import Resources
 
@@ -93,8 +93,8 @@ def test_the_users_module_reaches_the_workers_of_a_two_node_cluster(two_nodes, s
     nodes = two_nodes.nodes
     trial = lambda cycle, lr, start: Training(key=f"c{cycle}-lr{lr}", spec=spec, cycle=cycle, max_lr=lr, seed=0,
                                            start_checkpoint=start)
-    with Runner(out=tmp_path / "out", spec=spec, experiment="shipped", address=two_nodes.address,
-                progress=Progress(io.StringIO())) as runner:
+    with own_runner(out=tmp_path / "out", spec=spec, experiment="shipped", address=two_nodes.address,
+                    progress=Progress(io.StringIO())) as runner:
         first = runner.run([trial(0, lr, None) for lr in (0.05, 0.1, 0.2, 0.4)])
         best = max(first.values(), key=lambda r: r["val_acc"])
         second = runner.run([trial(1, lr, best["checkpoint"]) for lr in (0.1, 0.4)])

@@ -22,7 +22,7 @@ from ray.cluster_utils import Cluster
 from conftest import cli, flip_middle_byte, ray_env
 from oracle_search.engine import Progress, RunFailed
 from oracle_search.identity import Training
-from oracle_search.runner import Runner
+from oracle_search.engine import own_runner
 from oracle_search.ledger import Ledger
 from trainables.presets import PRESETS
 from trainables.spec import Resources
@@ -79,8 +79,8 @@ def test_trials_of_a_lost_node_are_retried_elsewhere(cluster, tmp_path):
     remover = threading.Thread(target=remove_when_busy, daemon=True)
     remover.start()
     started = time.monotonic()
-    with Runner(out=out, spec=TINY, experiment="faults", address=cluster.address,
-                trainable=stalls_on(doomed.node_id, log), progress=Progress(io.StringIO())) as runner:
+    with own_runner(out=out, spec=TINY, experiment="faults", address=cluster.address,
+                    trainable=stalls_on(doomed.node_id, log), progress=Progress(io.StringIO())) as runner:
         rows = runner.run(trials)
     remover.join(timeout=5)
 
@@ -187,8 +187,8 @@ def test_a_corrupt_checkpoint_behind_a_uri_is_named_by_its_uri(ray_local, tmp_pa
     """With cloud storage trials get the start checkpoint as a URI (file:// stands in for s3:// here) and load a
     temporary local copy of it; the error names the URI."""
     spec = dataclasses.replace(TINY, resources=Resources(storage_path=f"file://{tmp_path / 'shared'}"))
-    with Runner(out=tmp_path / "out", spec=spec, experiment="uri", max_failures=0,
-                progress=Progress(io.StringIO())) as runner:
+    with own_runner(out=tmp_path / "out", spec=spec, experiment="uri", max_failures=0,
+                    progress=Progress(io.StringIO())) as runner:
         (row,) = runner.run([Training("c0", spec, cycle=0, max_lr=0.1, seed=0, start_checkpoint=None)]).values()
         uri = row["checkpoint"]
         assert uri.startswith(f"file://{tmp_path / 'shared'}/")

@@ -12,7 +12,7 @@ import optuna
 import pytest
 
 from oracle_search import cli
-from oracle_search.engine import Progress
+from oracle_search.engine import Progress, own_runner
 from oracle_search.runner import Runner
 from oracle_search.ledger import Ledger
 from oracle_search.fitter import trial_key
@@ -29,7 +29,7 @@ def digits_training(lr: float = 0.05):
 
 
 def runner(out: Path, log: io.StringIO | None = None, **kw) -> Runner:
-    return Runner(out=out, spec=DIGITS, experiment="ledger", progress=Progress(log or io.StringIO()), **kw)
+    return own_runner(out=out, spec=DIGITS, experiment="ledger", progress=Progress(log or io.StringIO()), **kw)
 
 
 def test_a_row_of_the_same_training_is_reused_without_starting_ray(tmp_path):

@@ -22,7 +22,7 @@ from conftest import ray_env
 from oracle_search import cli
 from oracle_search.engine import Progress
 from oracle_search.racing import OracleSearch
-from oracle_search.runner import Runner
+from oracle_search.engine import own_runner
 from oracle_search.oracle import run_oracle
 from oracle_search.schema import read_results
 from analysis.replay import replay
@@ -197,7 +197,7 @@ def test_driver_killed_after_cycle_1_resumes_to_the_same_table_without_retrainin
 @pytest.mark.slow
 def test_divergent_grid_value_is_never_selected(ray_local, tmp_path):
     progress = Progress(io.StringIO())
-    with Runner(out=tmp_path, spec=TINY, experiment="tiny", progress=progress) as runner:
+    with own_runner(out=tmp_path, spec=TINY, experiment="tiny", progress=progress) as runner:
         outcomes = run_oracle(runner, OracleSearch((0.1, 50.0), (0, 1), 0, False, "exhaustive"))
     assert [o.cycle for o in outcomes] == [0, 1, 2]
     assert all(o.choice.best == 0.1 and o.choice.noise_hi == 0.1 for o in outcomes)

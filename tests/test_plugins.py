@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from oracle_search.cli import main
-from oracle_search.runner import Runner
+from oracle_search.engine import own_runner
 from trainables import plugins, sources
 from trainables.cycle import run_cycle
 from trainables.data import DATASETS
@@ -190,16 +190,16 @@ def test_fingerprint_holds_the_import_path_and_the_module_files_hash(user_module
 def test_a_rerun_on_the_same_out_with_edited_code_is_refused(tmp_path, user_module):
     spec = dataclasses.replace(TINY, model=f"{user_module}:wide")
     out = tmp_path / "run"
-    Runner(out=out, spec=spec, experiment="x")  # every flow runs its trials through a Runner on --out
+    own_runner(out=out, spec=spec, experiment="x")  # every flow runs its trials through a Runner on --out
     stored = json.loads((out / sources.SOURCES_FILE).read_text())
     assert stored["model"]["path"] == spec.model and len(stored["model"]["sha256"]) == 64
-    Runner(out=out, spec=spec, experiment="x")  # unchanged: resumes
+    own_runner(out=out, spec=spec, experiment="x")  # unchanged: resumes
     path = sources.source_file(spec.model)
     path.write_text(path.read_text() + "\n# edited\n")
     with pytest.raises(SpecError) as err:
-        Runner(out=out, spec=spec, experiment="x")
+        own_runner(out=out, spec=spec, experiment="x")
     assert err.value.field == "model"
-    Runner(out=tmp_path / "registry-run", spec=TINY, experiment="x")
+    own_runner(out=tmp_path / "registry-run", spec=TINY, experiment="x")
     assert not (tmp_path / "registry-run" / sources.SOURCES_FILE).exists()
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import ray_env
 from oracle_search.engine import Progress
-from oracle_search.runner import Runner
+from oracle_search.engine import own_runner
 from oracle_search.fitter import Heartbeat, SearchSpace, fit_silo, open_study, rdb_storage, study_name, suggest
 from trainables.presets import PRESETS
 
@@ -164,7 +164,7 @@ def test_a_dead_drivers_trial_is_taken_over_and_a_live_ones_is_not(pg_url, tmp_p
         time.sleep(beat.grace + 1.5)
         out = tmp_path / "out"
         out.mkdir()
-        with Runner(out=out, spec=spec, experiment="pg", progress=Progress(io.StringIO())) as runner:
+        with own_runner(out=out, spec=spec, experiment="pg", progress=Progress(io.StringIO())) as runner:
             fit_silo(runner, [0], 3, space, pg_url, parallel=1, target=1, heartbeat=beat)
     finally:
         stop.set()

@@ -18,7 +18,7 @@ from ray import cloudpickle
 
 from oracle_search import cli
 from oracle_search.identity import Training
-from oracle_search.runner import Runner
+from oracle_search.engine import own_runner
 from oracle_search.ledger import Ledger
 from oracle_search import sessions
 from oracle_search.progress import Progress, Status
@@ -192,8 +192,8 @@ def test_a_run_reports_every_epoch_shows_progress_and_a_first_failure_and_record
     out = io.StringIO()
     trials = [Training(key=f"t{i}", spec=TINY, cycle=0, max_lr=lr, seed=0, start_checkpoint=None,
                     tags={"method": "oracle", "stage": "grid"}) for i, lr in enumerate((0.03, 0.1, 0.3))]
-    with Runner(out=tmp_path / "run", spec=TINY, experiment="watch", progress=Progress(out, interval=0.2),
-                trainable=partial(fails_first_attempt, str(markers)), max_failures=1) as runner:
+    with own_runner(out=tmp_path / "run", spec=TINY, experiment="watch", progress=Progress(out, interval=0.2),
+                    trainable=partial(fails_first_attempt, str(markers)), max_failures=1) as runner:
         rows = runner.run(trials)
     text = out.getvalue()
     lines = text.splitlines()
@@ -268,8 +268,8 @@ def two_trials_logged_to(tracker: str, out) -> dict[str, dict]:
 
     trials = [Training(key=f"lr{lr}", spec=TINY, cycle=0, max_lr=lr, seed=0, start_checkpoint=None,
                        tags={"method": "oracle", "stage": "grid"}) for lr in (0.03, 0.3)]
-    with Runner(out=out, spec=TINY, experiment="tiny", progress=Progress(io.StringIO()),
-                callbacks=logger_callbacks([callback_name(tracker)], out, "tiny")) as runner:
+    with own_runner(out=out, spec=TINY, experiment="tiny", progress=Progress(io.StringIO()),
+                    callbacks=logger_callbacks([callback_name(tracker)], out, "tiny")) as runner:
         return runner.run(trials)
 
 

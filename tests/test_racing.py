@@ -575,7 +575,7 @@ def test_on_a_local_ray_with_4_slots_no_slot_idles_while_a_training_could_start(
     slots free while the leader's next seeds could run."""
     import dataclasses
 
-    from oracle_search.runner import Runner
+    from oracle_search.engine import own_runner
     from oracle_search.trainings import Streaming, oracle_training
     from oracle_search.schema import Stage
     from trainables.presets import PRESETS
@@ -585,7 +585,7 @@ def test_on_a_local_ray_with_4_slots_no_slot_idles_while_a_training_could_start(
     values = [0.01, 0.03, 0.1, 0.3, 1.0]
     results = {}
     for plan in ("streaming", "batch"):
-        with Runner(out=tmp_path / plan, spec=spec, experiment=plan, address=cluster.address) as runner:
+        with own_runner(out=tmp_path / plan, spec=spec, experiment=plan, address=cluster.address) as runner:
             assert runner.slots() == 4
             race = Race(Settings((0, 1, 2, 3), most_candidates=len(values)))
             race.add(values)

@@ -109,7 +109,7 @@ def test_a_trial_from_a_gone_checkpoint_has_its_start_trained_again_and_all_keep
 
     from oracle_search import cli
     from oracle_search.engine import RunFailed
-    from oracle_search.runner import Runner
+    from oracle_search.engine import own_runner
     from oracle_search.ledger import Ledger
     from oracle_search.pipeline import recorded_spec
     from oracle_search.progress import Progress
@@ -131,7 +131,7 @@ def test_a_trial_from_a_gone_checkpoint_has_its_start_trained_again_and_all_keep
     lost = next(r for r in gone if r["cycle"] == 0)
     said = io.StringIO()
     spec = recorded_spec(out)  # as the command resolved it (its precision): the rows' identities are its
-    with Runner(out, spec, "restored", progress=Progress(said, live=False)) as runner:
+    with own_runner(out, spec, "restored", progress=Progress(said, live=False)) as runner:
         got = runner.run([oracle_training(runner, 1, 0, 0.05, lost, Stage.REFINE)])
         (row,) = got.values()
         again = runner.ledger.get(lost["key"])
@@ -163,7 +163,7 @@ def test_a_trial_from_a_gone_checkpoint_has_its_start_trained_again_and_all_keep
     chosen1 = next(r for r in rows if r["cycle"] == 1 and r.get("selected"))
     Ledger(out).refuse(chosen1["key"])
     shutil.rmtree(chosen1["checkpoint"])
-    with Runner(out, spec, "refused") as runner:
+    with own_runner(out, spec, "refused") as runner:
         with pytest.raises(RunFailed, match="is gone and cannot be trained again.*--keep-checkpoints all"):
             runner.run([oracle_training(runner, 2, 0, 0.05, chosen1, Stage.REFINE)])
 
@@ -286,7 +286,7 @@ chosen = {r["cycle"]: r["max_lr"] for r in rows if r.get("selected")}
 if not (abs(chosen[0] - 0.16) < 1e-9 and abs(chosen[1] - 0.16) > 1e-9):
     sys.exit(0)  # not the case: the test skips
 
-from oracle_search.runner import Runner
+from oracle_search.engine import own_runner
 from oracle_search.pipeline import recorded_spec
 from oracle_search.seeds import tuning_seeds
 from oracle_search.oracle import dense_best_here
@@ -294,7 +294,7 @@ from oracle_search.delta import DeltaPlan
 from oracle_search.silo_paper import tune_silo_paper
 
 spec = recorded_spec(out)
-with Runner(out, spec, spec.preset) as runner:
+with own_runner(out, spec, spec.preset) as runner:
     found = tune_silo_paper(runner, DeltaPlan(0, spec.grid, tuple(tuning_seeds(spec, 3)), spec.cycles,
                                               mode="racing").for_epsilon(dense_best_here(runner)))
     runner.prune_checkpoints(finished=True)

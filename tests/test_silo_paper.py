@@ -12,7 +12,7 @@ import pytest
 
 from oracle_search.engine import Progress
 
-from oracle_search.runner import Runner
+from oracle_search.engine import own_runner
 from oracle_search.schema import read_results
 from oracle_search.delta import BRACKET, DeltaPlan, bracketed, delta_grid, delta_range, next_deltas
 from oracle_search.silo_paper import tune_silo_paper
@@ -134,7 +134,7 @@ def test_a_real_delta_search_on_digits_writes_what_the_rows_say(ray_local, tmp_p
     spec = dataclasses.replace(PRESETS["digits-mlp"].spec, cycles=2, epochs=3)
     seeds, epsilon, grid = [0, 1], 0.1, [0.05, 0.1, 0.2, 0.4, 0.8]
     log = io.StringIO()
-    with Runner(out=tmp_path, spec=spec, experiment="silo", progress=Progress(log)) as runner:
+    with own_runner(out=tmp_path, spec=spec, experiment="silo", progress=Progress(log)) as runner:
         params = tune_silo_paper(runner, DeltaPlan(epsilon, tuple(grid), tuple(seeds), runner.spec.cycles, rounds=2))
         runner.write_results()
     record = json.loads((tmp_path / "silo_paper.json").read_text())

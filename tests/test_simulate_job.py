@@ -4,6 +4,7 @@ on the simulated engine: the drivers' own code, no Ray, nothing trained."""
 from __future__ import annotations
 
 import io
+import subprocess
 import sys
 import tempfile
 import threading
@@ -13,17 +14,24 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
+from oracle_search.executor import RunFailed
 from oracle_search.identity import Training
 from oracle_search.options import CompareOptions, FitOptions, OracleOptions
 from oracle_search.progress import Progress
 from oracle_search.side_by_side import first_error, side_by_side
 from oracle_search.simulate import AccuracyModel
-from oracle_search.simulate_job import Model, SimEngine, SimRunner, simulate, simulate_compare
+from oracle_search.runner import Runner, open_runners
+from oracle_search.simulate_job import Model, SimEngine, simulate, simulate_compare
 from trainables.presets import PRESETS
 
 TINY = PRESETS["tiny"].spec
 TINY_OPTIONS = CompareOptions(oracle=OracleOptions(seeds=2, refine=1), fit=FitOptions(trials=3), eval_seeds=2,
                               replicates=1)
+
+
+def sim_runner(engine: SimEngine, out: Path) -> Runner:
+    """One folder's Runner on the simulated engine, set up as the simulated job sets its replicates' up."""
+    return open_runners(engine, {1: (out, TINY)}, Progress(io.StringIO()), experiment="tiny")[1]
 
 
 def strip(ledgers: list[list[dict]]) -> list[list[dict]]:
@@ -96,8 +104,7 @@ def test_a_training_another_line_is_running_is_waited_for_not_trained_twice(tmp_
     trains once, the second line gets a copy marked reused as soon as it lands, and on the clock the second line
     waits no longer than the first."""
     engine = SimEngine(Model(0.1), 4)
-    runner = SimRunner(out=tmp_path / "study", spec=TINY, experiment="tiny", progress=Progress(io.StringIO()),
-                       engine=engine)
+    runner = sim_runner(engine, tmp_path / "study")
 
     def trial(key: str) -> Training:
         return Training(key, TINY, 0, 0.1, 1000, None, {"training": "shared", "method": key, "stage": "final"})
@@ -132,8 +139,7 @@ def test_which_line_trains_a_training_two_lines_need_at_one_instant_does_not_dep
 
     def trained_by(late: str) -> list[str]:
         engine = SimEngine(Model(0.1), 2)
-        runner = SimRunner(out=tmp_path / f"late-{late}", spec=TINY, experiment="tiny",
-                           progress=Progress(io.StringIO()), engine=engine)
+        runner = sim_runner(engine, tmp_path / f"late-{late}")
 
         def line(name: str):
             def run():
@@ -167,11 +173,8 @@ def test_a_line_waiting_on_nothing_ends_not_hangs():
 def test_a_stuck_runner_raises_run_failed():
     """A line that waits in `Runner.run` for a training no slot will ever run (a simulated cluster of no slot: a
     driver bug's stand-in) ends with RunFailed naming the training, not a hang."""
-    from oracle_search.engine import RunFailed
-
     engine = SimEngine(Model(0.1), 0)
-    runner = SimRunner(out=Path(tempfile.mkdtemp()) / "study", spec=TINY, experiment="tiny",
-                       progress=Progress(io.StringIO()), engine=engine)
+    runner = sim_runner(engine, Path(tempfile.mkdtemp()) / "study")
     lines = side_by_side({"stuck": lambda: runner.run([Training("never", TINY, 0, 0.1, 0, None, {})])}, engine)
     assert isinstance(lines["stuck"].error, RunFailed) and "never" in str(lines["stuck"].error)
 
@@ -185,8 +188,7 @@ def test_a_toy_job_whose_chain_and_walls_are_known_by_hand(tmp_path):
 
     def run(slots: int) -> SimEngine:
         engine = SimEngine(model, slots)
-        runner = SimRunner(out=tmp_path / f"slots{slots}", spec=TINY, experiment="tiny",
-                           progress=Progress(io.StringIO()), engine=engine)
+        runner = sim_runner(engine, tmp_path / f"slots{slots}")
 
         def chain():
             start = None
@@ -204,3 +206,12 @@ def test_a_toy_job_whose_chain_and_walls_are_known_by_hand(tmp_path):
     assert (one.trainings, two.trainings) == (4, 4)
     assert one.now == pytest.approx(4 * T) and two.now == pytest.approx(3 * T)
     assert one.longest == pytest.approx(3 * T) and two.longest == pytest.approx(3 * T)
+
+
+def test_the_simulated_job_loads_no_ray():
+    """The dry run and the estimate simulate the job without Ray: importing the simulator (its drivers, the Runner,
+    the executor contract) loads no `ray` module, in a fresh interpreter."""
+    code = ("import sys, oracle_search.simulate_job; "
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"

@@ -15,9 +15,8 @@ import torch
 import trainables.cycle
 import trainables.fused
 from conftest import ROOT, cli
-from oracle_search.engine import Progress, RunFailed
+from oracle_search.engine import Progress, RunFailed, own_runner
 from oracle_search.identity import Training
-from oracle_search.runner import Runner
 from trainables.cycle import layer_statistics, run_cycle, torch_threads
 from trainables.data import DatasetSplits, TensorData
 from trainables.fused import run_fused_cycle
@@ -134,7 +133,7 @@ def test_dataset_splits_on_two_workers_give_tensor_datas_rows_through_a_tune_tri
     rows = {}
     for name, dataset in (("tensors", "examples.custom_cnn.data:bars"), ("datasets", f"{PLUGINS}:bars_two_workers")):
         spec = dataclasses.replace(SPEC, dataset=dataset, data_dir=str(seen))
-        with Runner(out=tmp_path / name, spec=spec, experiment=name, progress=Progress(io.StringIO())) as runner:
+        with own_runner(out=tmp_path / name, spec=spec, experiment=name, progress=Progress(io.StringIO())) as runner:
             first = runner.run([Training(f"c0-lr{lr}", spec, 0, lr, 0, None) for lr in (0.05, 0.2)])
             start = first["c0-lr0.2"]["checkpoint"]
             second = runner.run([Training("c1", spec, 1, 0.2, 0, start)])
@@ -281,7 +280,7 @@ def test_bad_input_inside_a_trial_fails_it_with_the_line_and_writes_no_row(optio
     spec = dataclasses.replace(_spec_with(option, value), epochs=1, resources=Resources(cpus_per_trial=1))
     out = tmp_path / "out"
     with pytest.raises(RunFailed) as failed:
-        with Runner(out=out, spec=spec, experiment="bad", progress=Progress(io.StringIO()), max_failures=0) as runner:
+        with own_runner(out=out, spec=spec, experiment="bad", progress=Progress(io.StringIO()), max_failures=0) as runner:
             runner.run([Training("c0", spec, 0, 0.1, 0, None)])
     assert says in str(failed.value)
     assert not list((out / "ledger").glob("*.json"))
