@@ -337,10 +337,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Oracle, SILO (paper and fit), the baselines, then the report: one resumable run on one --out."""
     spec, options, per_epoch = _checked("compare", args)
     if args.dry_run:
-        if options.auto:  # issue 61: priced at its most; the expected replicates are not priced yet
-            print(f"compare --dry-run --replicates auto: priced at its most, --max-replicates "
-                  f"{options.max_replicates} replicates; the waves stop sooner once every comparison has stopped")
-            options = dataclasses.replace(options, replicates=options.max_replicates, max_replicates=None)
+        if options.auto:  # issue 61: one replicate's plan, then the waves, expected and at most (`auto_price`)
+            print("compare --dry-run --replicates auto: the plan below is one replicate's; the waves follow it")
+            return _dry_run("compare", args, spec, dataclasses.replace(options, replicates=1, max_replicates=None),
+                            per_epoch, then=lambda resolved, found: _auto_price(resolved, options, found))
         return _dry_run("compare", args, spec, options, per_epoch)
     check_inputs(args, spec)
     from oracle_search import pipeline  # imports torch and Ray: after every check that needs neither
@@ -359,6 +359,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(f"results: {out / 'results.parquet'} (and results.csv), {len(result.results)} rows")
     return 0
+
+
+def _auto_price(spec: ExperimentSpec, options, found) -> None:
+    """The auto run's waves priced on the dry run's slots and seconds (`found`, one replicate's estimate; its
+    simulated job, with --slots, is that replicate alone on them)."""
+    from oracle_search import auto_price  # the simulator imports Ray and torch: only for a dry run
+
+    alone = found.job if found.job is not None and found.replicates == 1 else None
+    print("\n".join(auto_price.price(spec, options, found.slots, found.seconds_per_epoch, alone).lines()))
 
 
 def _slots(value: int | None) -> None:
@@ -387,7 +396,8 @@ def _priced(args: argparse.Namespace, spec: ExperimentSpec, options) -> Priced:
     return price(spec, args.price_on, (options if hasattr(options, "fuse") else options.oracle).fuse)
 
 
-def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, options, per_epoch: float | None) -> int:
+def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, options, per_epoch: float | None,
+             then=None) -> int:
     """The plan, the precision and the wall-time estimate; nothing trains and nothing is written to --out. The plan
     needs the spec, not the data (price a study first): with --seconds-per-epoch nothing is timed or loaded; else
     the probe times a few steps on the data, or where it is absent (no --data-dir for a dataset of a known shape,
@@ -420,6 +430,8 @@ def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, optio
 
 def replicate_runs(run: Path) -> tuple[dict, list[Path]] | None:
     """A replicates folder's manifest and its replicates' run folders; None for any other folder. The manifest is
+    if then is not None:  # what a command adds to its estimate (compare --replicates auto: its waves)
+        then(spec, found)
     read as JSON here: oracle_search.replicates, which writes it, imports the engine (torch and Ray, 5 of
     paper-table's 10 s, issue 62), which neither report nor paper-table needs to read it."""
     path = Path(run) / MANIFEST

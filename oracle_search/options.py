@@ -187,8 +187,9 @@ class CompareOptions:
     max_replicates: int | None = option(None, "max-replicates", "with --replicates auto: the most replicates it may "
                                         "run, N (at least --wave); a rerun with another N re-plans the looks left "
                                         "of a run that stopped before its N")
-    wave: int = option(3, "wave", "with --replicates auto: replicates per wave, the first wave's too (default "
-                       "%(default)s, at least 2: an interval over replicates needs two)")
+    wave: int | None = option(None, "wave", "with --replicates auto: replicates per wave, the first wave's too "
+                              "(at least 2: an interval over replicates needs two; default: as many as the slots run "
+                              "side by side, simulated, at least 3)")
     margin: float = option(MARGIN_PER_CYCLE, "margin", "equivalence margin in validation- (or test-) accuracy points "
                            "per compared cycle, summed over the cycles like the advantage: a comparison whose 95 %% "
                            "interval lies inside ±margin is `equivalent` (default %(default)s: the paper's interval "
@@ -203,8 +204,11 @@ class CompareOptions:
             if self.max_replicates is None:
                 raise SpecError("max-replicates", "--replicates auto needs --max-replicates N, the most replicates "
                                 "it may run")
-            at_least("wave", self.wave, 2, "an interval over replicates needs two")
-            at_least("max-replicates", self.max_replicates, self.wave, "the first wave, --wave")
+            if self.wave is not None:
+                at_least("wave", self.wave, 2, "an interval over replicates needs two")
+            # Without --wave the first wave is at least 3 (`sequential.MIN_WAVE`): a spread over 2 has 1 df.
+            at_least("max-replicates", self.max_replicates, self.wave or 3,
+                     "the first wave, --wave" if self.wave else "the first wave (3 without --wave)")
             check_seed_room(self.oracle.seeds, self.eval_seeds, self.fit.seeds)
             return
         if isinstance(self.replicates, str):

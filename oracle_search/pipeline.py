@@ -16,10 +16,10 @@ import pandas as pd
 
 from analysis.replicate_report import write_replicates_report
 from analysis.report import write_report
-from oracle_search import estimate, fitter, options as recorded_options, replicates, sequential
+from oracle_search import auto_price, estimate, fitter, options as recorded_options, replicates, sequential
 from oracle_search.baselines import run_baselines
 from oracle_search.callbacks import logger_callbacks
-from oracle_search.cluster import (cluster_address, connect, local_trial_device, probe_precision,
+from oracle_search.cluster import (cluster_address, connect, local_trial_device, probe_precision, trial_slots,
                                    trials_run_here)
 from oracle_search.engine import Engine, RunFailed, own_runner
 from oracle_search.runner import Runner, open_runners
@@ -273,8 +273,15 @@ def _compare_waves(spec: ExperimentSpec, out: Path, options: CompareOptions, add
     last look in it. A compare at a larger R resumes the replicates it has (nothing trains again)."""
     out = Path(out).resolve()
     found = replicates.manifest(out)
-    waves = sequential.Waves(out, options.margin, options.wave, options.max_replicates,
-                             held=found["replicates"] if found else 0, say=Progress().say)
+    say = Progress().say
+    wave = options.wave
+    if wave is None and sequential.read_looks(out) is None:  # a new auto run: as wide as the slots allow
+        slots = trial_slots(spec, address)
+        wave, alone = auto_price.choose_wave(spec, options, slots)
+        say(f"waves of {wave}: one replicate alone on {slots} slots (simulated) keeps {alone.busy / alone.wall:.1f} "
+            f"busy on average (at least {sequential.MIN_WAVE}, at most --max-replicates)")
+    waves = sequential.Waves(out, options.margin, wave, options.max_replicates,
+                             held=found["replicates"] if found else 0, say=say)
     result = None
     while (R := waves.next_replicates()) is not None:
         wave = dataclasses.replace(options, replicates=R, max_replicates=None)

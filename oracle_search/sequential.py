@@ -71,7 +71,8 @@ from trainables.spec import SpecError
 
 AUTO = "auto"  # `compare --replicates auto`
 LOOKS = "looks.json"  # OUT's record of the looks of an auto run
-DEFAULT_WAVE = 3  # `--wave`'s default: the first wave's size (and each later wave's)
+DEFAULT_WAVE = 3  # a Design's default first look and wave (`--wave` itself defaults to the slots' choice)
+MIN_WAVE = 3  # a wave chosen from the slots runs at least 3 replicates: a first look's spread over 2 has 1 df
 DECIDED = ("equivalent", "better", "worse")
 STOPS = ("decided", "futile", "budget", "continue")
 # The vectorised core's label codes, `statistics.label`'s words in this order.
@@ -298,6 +299,12 @@ class Simulated:
     power_se: float
     replicates: float
     sims: int
+    replicates_se: float = 0.0  # the mean's Monte Carlo standard error
+    ends: tuple[tuple[int, float], ...] = ()  # (R, the share of families whose last look was at R), by R
+
+    def reach(self, replicates: int) -> float:
+        """The share of families that ran a look at R = `replicates` or later: the chance a wave to it runs."""
+        return sum(share for R, share in self.ends if R >= replicates)
 
     @property
     def fwer_upper(self) -> float:
@@ -352,12 +359,65 @@ def simulate(effects, sds, margin: float, design: Design, *, shape: str = "norma
             break
     final[final == -1] = 0
     stopped_at[stopped_at == 0] = N
+    job = stopped_at.max(axis=1)  # the job stops when its last comparison does
+    ends = tuple((int(R), float(np.mean(job == R))) for R in np.unique(job))
     e = effects[None, :]
     wrong = (((final == 2) & (e <= 0)) | ((final == 3) & (e >= 0)) | ((final == 1) & (np.abs(e) >= margin)))
     correct = np.isin(final, (1, 2, 3)) & ~wrong
     fwer, power = float(wrong.any(axis=1).mean()), float(correct.mean())
     return Simulated(fwer, math.sqrt(fwer * (1 - fwer) / sims), power, math.sqrt(power * (1 - power) / (sims * m)),
-                     float(stopped_at.max(axis=1).mean()), sims)
+                     float(job.mean()), sims, float(job.std() / math.sqrt(sims)), ends)
+
+
+# --- priced before it runs: the wave's width from the slots, the replicates expected under stated assumptions ----
+
+def wave_from_slots(slots: int, busy: float, wall: float, max_replicates: int) -> int:
+    """How many replicates a wave runs side by side (`--wave` not given): one replicate simulated alone on the
+    slots keeps busy/wall of them busy on average (`simulate_job.JobWalls`: its trainings' seconds over its wall),
+    so ⌊slots·wall/busy⌋ replicates' work fits in one replicate's wall; at least `MIN_WAVE` (a first look over
+    fewer reads a spread with 1 df), at most N. Where one replicate already fills the slots that is MIN_WAVE: the
+    waves then cost wall time in proportion to the replicates they run, and stopping early saves it."""
+    fit = math.floor(slots * wall / busy + 1e-9) if busy > 0 and wall > 0 else max_replicates
+    return max(min(MIN_WAVE, max_replicates), min(fit, max_replicates))
+
+
+# The effects and spreads the committed example measured (docs/example at d6dbc1d: mnist1d-mlp, 6 cycles, 3
+# replicates, margin 3 points): each comparison's mean and sd over its replicates, as multiples of its margin. The
+# dry run of `--replicates auto` simulates the rule with them scaled to its own margin (a stated assumption: the
+# spread as a share of the margin carries over from that study to the one priced, which it need not).
+COMMITTED = {
+    ("silo_paper", "oracle_schedule"): (-0.09, 0.31), ("silo_paper", "constant_dense"): (0.61, 0.60),
+    ("silo_paper", "constant_best"): (1.32, 0.13), ("silo_paper", "constant"): (4.87, 0.85),
+    ("silo_paper", "decay"): (-0.43, 0.14), ("silo_paper", "cyclical"): (0.60, 0.24),
+    ("silo_paper", "warmup"): (0.99, 0.40), ("silo_paper", "cosine"): (0.17, 0.71),
+    ("silo_paper", "best_benchmark"): (0.03, 0.69),
+    ("silo_fit", "oracle_schedule"): (-1.11, 1.65), ("silo_fit", "constant_dense"): (-0.41, 1.47),
+    ("silo_fit", "constant_best"): (0.30, 1.46), ("silo_fit", "constant"): (3.85, 2.02),
+    ("silo_fit", "decay"): (-1.45, 1.35), ("silo_fit", "cyclical"): (-0.42, 1.42),
+    ("silo_fit", "warmup"): (-0.03, 1.74), ("silo_fit", "cosine"): (-0.85, 1.52),
+    ("silo_fit", "best_benchmark"): (-0.99, 1.89),
+}
+COMMITTED_WHERE = "the committed example's (docs/example, mnist1d-mlp, 3 replicates)"
+
+
+def scenarios(family: list[tuple[str, str]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The assumptions the dry run prices `family` under, each (effects, sds) in multiples of the margin: every
+    comparison's sd as the committed example measured it (`COMMITTED`; the median of those where it has no such
+    comparison), and its effect as measured there, or every effect 0, at the margin, or twice it."""
+    median = float(np.median([sd for _, sd in COMMITTED.values()]))
+    sds = np.array([COMMITTED.get(k, (0.0, median))[1] for k in family])
+    measured = np.array([COMMITTED.get(k, (0.0, median))[0] for k in family])
+    return {"the committed example's effects": (measured, sds), "every effect 0": (np.zeros(len(family)), sds),
+            "every effect at the margin": (np.ones(len(family)), sds),
+            "every effect twice the margin": (np.full(len(family), 2.0), sds)}
+
+
+def expected(family: list[tuple[str, str]], design: Design, sims: int = 2000,
+             seed: int = 61) -> dict[str, Simulated]:
+    """The rule simulated on `family` under each of `scenarios` (normal replicates, margin 1: the rule is
+    scale-free): how many replicates the job runs, with the chance of each look (`Simulated.reach`)."""
+    return {name: simulate(effects, sds, 1.0, design, sims=sims, seed=seed)
+            for name, (effects, sds) in scenarios(family).items()}
 
 
 # --- compare --replicates auto: the waves and OUT/looks.json ------------------------------------------------------
@@ -407,11 +467,15 @@ class Waves:
     replicates held or looked at, a larger one for a run that spent its α at its N with a comparison undecided,
     and another margin."""
 
-    def __init__(self, out: Path, margin_per_cycle: float, wave: int, max_replicates: int, held: int = 0,
+    def __init__(self, out: Path, margin_per_cycle: float, wave: int | None, max_replicates: int, held: int = 0,
                  say: Callable[[str], None] = print):
         self.out, self.margin_per_cycle, self.say = Path(out), margin_per_cycle, say
-        self.wave, self.max_replicates = wave, max_replicates
         found = read_looks(self.out)
+        if wave is None:  # --wave not given: the recorded run's (a new run's is chosen from the slots: pipeline)
+            if found is None:
+                raise ValueError("a new auto run needs its wave")
+            wave = found["design"]["wave"]
+        self.wave, self.max_replicates = wave, max_replicates
         self.looks: list[dict] = [] if found is None else found["looks"]
         self.designs: list[dict] = [] if found is None else found.get("designs", [])
         self.design: Design | None = None if found is None else Design(**found["design"])

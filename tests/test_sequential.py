@@ -161,7 +161,7 @@ def test_the_rule_still_decides_large_effects():
 
 def test_options_of_an_auto_run():
     o = CompareOptions(replicates=AUTO, max_replicates=6)
-    assert o.auto and o.wave == 3
+    assert o.auto and o.wave is None  # chosen from the slots when the run starts (auto_price.choose_wave)
     assert CompareOptions(replicates=3).replicates == 3 and not CompareOptions(replicates=3).auto
     for given, name in [({"replicates": AUTO}, "max-replicates"),
                         ({"replicates": AUTO, "max_replicates": 2}, "max-replicates"),
@@ -298,9 +298,13 @@ def test_the_pipeline_loop_runs_compare_in_waves(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "report", lambda out, margin=None: Path(out) / "report.html")
     monkeypatch.setattr(pipeline, "reject_silo_schedule", lambda spec: None)
     monkeypatch.setattr(pipeline, "holding", _no_lock)
-    result = pipeline.compare(None, tmp_path, CompareOptions(replicates=AUTO, max_replicates=12))
+    result = pipeline.compare(None, tmp_path, CompareOptions(replicates=AUTO, max_replicates=12, wave=3))
     looks = json.loads((tmp_path / "looks.json").read_text())["looks"]
     assert called == [R["replicates"] for R in looks] and result.report == tmp_path / "report.html"
+    # A resume without --wave keeps the recorded wave (no slots simulated: the spec is not even given).
+    called.clear()
+    pipeline.compare(None, tmp_path, CompareOptions(replicates=AUTO, max_replicates=12))
+    assert called == [looks[-1]["replicates"]]
 
 
 class _no_lock:
