@@ -415,6 +415,11 @@ def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, optio
         except DataError as err:  # the data is not where --data-dir says, or there is no shape to stand in for it
             said = str(err).removeprefix(f"{err.field}: ")
             raise DataError(err.field, f"{said}; or price it without data: {other}") from err
+    else:  # nothing timed or read, but the plan names the model, data, pruner and loss by their files: import them
+        from trainables.plugins import KINDS, resolve  # imports torch, as the estimate does
+
+        for kind in KINDS:  # (one that does not import: exit 2; the console script finds it from the working folder)
+            resolve(kind, getattr(spec, kind))
     # Here, not at the top: --help imports this module; the estimate imports pandas, the pipeline torch and Ray.
     from oracle_search.estimate import estimate
     from oracle_search.pipeline import resolve_run_precision
@@ -425,13 +430,13 @@ def _dry_run(command: str, args: argparse.Namespace, spec: ExperimentSpec, optio
     found = estimate(command, spec, options, args.address, per_epoch, args.slots, standin, priced)
     print(f"{command} --dry-run: {spec.preset}, {spec.cycles + 1} cycles of {spec.epochs} epochs")
     print("\n".join(found.lines()))
+    if then is not None:  # what a command adds to its estimate (compare --replicates auto: its waves)
+        then(spec, found)
     return 0
 
 
 def replicate_runs(run: Path) -> tuple[dict, list[Path]] | None:
     """A replicates folder's manifest and its replicates' run folders; None for any other folder. The manifest is
-    if then is not None:  # what a command adds to its estimate (compare --replicates auto: its waves)
-        then(spec, found)
     read as JSON here: oracle_search.replicates, which writes it, imports the engine (torch and Ray, 5 of
     paper-table's 10 s, issue 62), which neither report nor paper-table needs to read it."""
     path = Path(run) / MANIFEST
