@@ -78,6 +78,10 @@ def _density_axis(ax, lam: pd.Series) -> None:
 
 
 SILO_STYLE = {"silo_paper": ("s--", "tab:red"), "silo_fit": ("D:", "tab:purple")}
+# The Oracle's b with its interval: wide and pale, under the SILO curves drawn thin on top, so that a variant on
+# the Oracle's values (SILO (paper) keeps the dense b for q cycles) still shows.
+ORACLE_STYLE = {"fmt": "o-", "capsize": 4, "color": "tab:blue", "alpha": 0.45, "linewidth": 4, "markersize": 8,
+                "elinewidth": 1.5, "zorder": 2}
 DENSE_SCALE = "scaled to the dense max_lr"  # the one-run figure's theory curve; its caption says the same
 
 
@@ -95,8 +99,8 @@ def max_lr_figure(pooled: pd.DataFrame, per_seed: pd.DataFrame, silo: dict[str, 
         ax.fill_between(pooled["density"], pooled["noise_lo"], pooled["noise_hi"], color="tab:blue", alpha=0.15,
                         label=f"not shown worse, lenient (n = {n})")
         best = pooled["best_max_lr"]
-        ax.errorbar(pooled["density"], best, yerr=[best - pooled["lo"], pooled["hi"] - best], fmt="o-", capsize=4,
-                    color="tab:blue", label="Oracle (seed mean) and the paper's interval")
+        ax.errorbar(pooled["density"], best, yerr=[best - pooled["lo"], pooled["hi"] - best], **ORACLE_STYLE,
+                    label="Oracle (seed mean) and the paper's interval")
     m = np.arange(cycles + 1)
     lam = 100.0 * (1.0 - rate) ** m
     first = None
@@ -104,15 +108,15 @@ def max_lr_figure(pooled: pd.DataFrame, per_seed: pd.DataFrame, silo: dict[str, 
         curve = silo_curve(m, **params, rate=rate)
         first = curve[0] if first is None else first
         fmt, colour = SILO_STYLE.get(method, ("s--", None))
-        ax.plot(lam, curve, fmt, color=colour, label=label(method))
+        ax.plot(lam, curve, fmt, color=colour, markersize=5, linewidth=1.5, zorder=3, label=label(method))
     scale = pooled.set_index("cycle")["best_max_lr"].get(0, first) if not pooled.empty else first
     if scale is not None:
         k = np.linspace(0, cycles, 200)
-        ax.plot(100.0 * (1.0 - rate) ** k, scale * theory_lr(k, rate, **theory), color="tab:green",
+        ax.plot(100.0 * (1.0 - rate) ** k, scale * theory_lr(k, rate, **theory), color="tab:green", zorder=1,
                 label=theory_label(theory, DENSE_SCALE))
     _log_max_lr_axis(ax)
     _density_axis(ax, pd.Series(lam))
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)  # off the data
     return render(fig)
 
 
@@ -126,7 +130,7 @@ def _log_max_lr_axis(ax) -> None:
 
 
 # In the replicates' figure: (marker, line style, colour) per SILO variant, drawn thin over the Oracle's wide pale
-# line, so that a variant on the Oracle's values (SILO (paper) keeps the dense b for q cycles) still shows.
+# line (`ORACLE_STYLE`).
 REPLICATE_SILO_STYLE = {"silo_paper": ("s", "--", "tab:red"), "silo_fit": ("D", ":", "tab:purple")}
 OTHER_SILO_STYLE = ("^", "-.", "tab:brown")
 LINE_WORDS = {"--": "dashed", ":": "dotted", "-.": "dash-dotted"}
@@ -170,8 +174,7 @@ def max_lr_replicates_figure(reps: list[tuple[str, pd.DataFrame, dict[str, dict]
         if not pooled.empty:
             best = pooled["best_max_lr"]
             entries.setdefault(ORACLE_BARS, ax.errorbar(
-                pooled["density"], best, yerr=[best - pooled["lo"], pooled["hi"] - best], fmt="o-", capsize=4,
-                color="tab:blue", alpha=0.45, linewidth=4, markersize=8, elinewidth=1.5, zorder=2))
+                pooled["density"], best, yerr=[best - pooled["lo"], pooled["hi"] - best], **ORACLE_STYLE))
             dense = pooled.set_index("cycle")["best_max_lr"].get(0)
         for method, params in silo.items():
             curve = silo_curve(m, **params, rate=rate)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from torch import nn
 from analysis.premise_figure import shape_sentence
 from oracle_search.cli import main
 from oracle_search.premise import gradient_readings, measure, outside, sigma
-from oracle_search.premise_settings import PremiseSettings, cycles_to, figure_cycles
+from oracle_search.premise_settings import MOMENTS, PremiseSettings, cycles_to, figure_cycles
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,8 +156,11 @@ def test_a_tiny_real_run_writes_both_readings_at_both_moments_and_the_figure(tmp
                                                                      rel=1e-5)
         assert end["val_acc"] != "" and by[(cycle, "start", "all")]["val_acc"] == ""
     assert (out / "premise.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = (out / "premise.svg").read_text()  # the same figure, vector, for a paper
+    # per moment: the gradients in both readings, the hidden representations, σ against λ
+    assert svg.startswith("<?xml") and len(re.findall(r'<g id="axes_\d+">', svg)) == 4 * len(MOMENTS)
     md = (out / "premise.md").read_text()
-    assert "![" in md and "(premise.png)" in md and "8.40e-3 → 3.30e-3" in md
+    assert "![" in md and "(premise.png)" in md and "(premise.svg)" in md and "8.40e-3 → 3.30e-3" in md
     assert "over all weights (pruned ones as zeros)" in md and "over the surviving weights" in md
     assert "seed 3" in md and "rate 0.2" in md and "no normalisation layer" in md
     assert "written:" in printed and "cycle 3 λ = 51.2 %" in printed
