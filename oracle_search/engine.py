@@ -87,6 +87,9 @@ class _Hooks(tune.Callback):
     def on_experiment_end(self, *args, **info):
         self.inner.on_experiment_end(*args, **info)
 
+    def __getstate__(self) -> dict:  # as `_Record`: Tune pickles callbacks for a restore runs never use
+        return {}
+
 
 class _Record(tune.Callback):
     """Hands started, finished and failed trials to the engine, in the driver process."""

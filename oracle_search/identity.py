@@ -2,7 +2,7 @@
 identity train the same network the same way: the training fingerprint of the spec
 (`ExperimentSpec.training_fingerprint`), the cycle, the seed, the cycle's peak LR and the hash of the checkpoint it
 starts from ("" for a first cycle). `trainings.training_id` names a trial's; `retention` reads the ledger's; `rebuild`
-makes a ledger row's training again (`Runner._restore_starts`)."""
+makes a ledger row's training again (`restore.Starts`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

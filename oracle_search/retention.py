@@ -26,7 +26,7 @@ ever started from again, and the ledger says which, so the rule reads the ledger
 A checkpoint is a path; reused rows share their original's. A path is deleted only when no row keeps it. A deleted
 checkpoint leaves a one-line tombstone beside it (`PATH.deleted`). A trial whose start is gone all the same (an
 earlier command's retention, a lost node, a folder deleted by hand) has that start trained again from its own
-ancestor (`Runner._restore_starts`).
+ancestor (`restore.Starts`).
 """
 from __future__ import annotations
 
