@@ -191,10 +191,16 @@ def price(spec: ExperimentSpec, device: str, fuse: int, today: datetime.date | N
     trials = spec.resources.gpus_per_trial
     packed = (f"this plan: {1 / trials:g} trials a GPU, not measured and not rescaled" if trials and
               trials != figure.gpus_per_trial else "")
+    # The estimate takes one figure for every phase, as its probe does: where the Oracle fuses, silo_paper, silo_fit
+    # and the final chains (one training a trial) are priced at a candidate's share too. Said, with this GPU's figure
+    # for a training alone, so that the reader can weigh it.
+    alone = (f"; the phases that train one training a trial are priced at it too, as the dry run's probe prices "
+             f"them, though a training alone takes {m.single.seconds_per_epoch:.4g} s an epoch here"
+             if figure is m.fused else "")
     age = m.age_days(today)
     stale = f"STALE: {age} days old; " if age > STALE_DAYS else ""
     return Priced(figure.seconds_per_epoch,
                   f"an {m.gpu} (--price-on {m.device}), {figure.seconds_per_epoch:.4g} s an epoch, {kind}: "
                   f"docs/measured.md, \"{m.section}\" ({m.date}, torch {m.torch})",
-                  f"--price-on {m.device}: measured with {figure.packing}{'; ' + packed if packed else ''}; "
+                  f"--price-on {m.device}: measured with {figure.packing}{'; ' + packed if packed else ''}{alone}; "
                   f"{figure.how}; raw: {', '.join(m.raw)}; {stale}{m.stale_when}")

@@ -96,6 +96,7 @@ def test_price_takes_the_fused_figure_where_the_oracle_fuses_and_says_what_it_pr
     assert fused.seconds_per_epoch == h100.fused.seconds_per_epoch
     assert "NVIDIA H100" in fused.priced and "a candidate's share of a fused trial" in fused.priced
     assert h100.date in fused.priced and h100.section in fused.priced and "not rescaled" not in fused.source
+    assert f"a training alone takes {h100.single.seconds_per_epoch:.4g} s an epoch" in fused.source
     alone = devices.price(RESNET, "h100", fuse=0)  # CPU trials: the default fuses nothing
     assert alone.seconds_per_epoch == h100.single.seconds_per_epoch and "a training alone" in alone.priced
     packed = devices.price(on_gpus(RESNET, 0.25), "h100", fuse=4)
