@@ -177,3 +177,15 @@ def named_source(lines: list[str]) -> str:
     """The source the named dry run printed for its seconds per epoch."""
     line = next(x for x in lines if x.startswith("seconds per epoch: "))
     return line.split(" (", 1)[1].removesuffix(")")
+
+
+def test_without_a_figure_the_dry_run_says_it_priced_this_machines_cpu_by_name(capsys):
+    """The probe's priced line names the CPU it timed (Linux: /proc/cpuinfo's model name)."""
+    lines = _dry_run(capsys, ["oracle", "--preset", "tiny", "--dry-run"])
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
+             if line.startswith("model name")]
+    assert lines[1].startswith("priced: this machine's CPU, ") and ", timed (cpu, " in lines[1]
+    if names:
+        assert lines[1].startswith(f"priced: this machine's CPU, {names[0]}, timed")
+    assert lines[2].startswith("wall: ") and lines[3].startswith("bounded by ")
