@@ -198,9 +198,9 @@ def price(spec: ExperimentSpec, device: str, fuse: int, today: datetime.date | N
              f"them, though a training alone takes {m.single.seconds_per_epoch:.4g} s an epoch here"
              if figure is m.fused else "")
     age = m.age_days(today)
-    stale = f"STALE: {age} days old; " if age > STALE_DAYS else ""
+    stale = f"; STALE: measured {age} days ago" if age > STALE_DAYS else ""
     return Priced(figure.seconds_per_epoch,
                   f"an {m.gpu} (--price-on {m.device}), {figure.seconds_per_epoch:.4g} s an epoch, {kind}: "
-                  f"docs/measured.md, \"{m.section}\" ({m.date}, torch {m.torch})",
+                  f"docs/measured.md, \"{m.section}\" ({m.date}, torch {m.torch}){stale}",
                   f"--price-on {m.device}: measured with {figure.packing}{'; ' + packed if packed else ''}{alone}; "
-                  f"{figure.how}; raw: {', '.join(m.raw)}; {stale}{m.stale_when}")
+                  f"{figure.how}; raw: {', '.join(m.raw)}; {m.stale_when}")

@@ -111,7 +111,8 @@ def test_a_figure_past_its_age_is_flagged_stale():
     measured = datetime.date.fromisoformat(entry.date)
     fresh = devices.price(RESNET, "h100", 0, today=measured + datetime.timedelta(days=devices.STALE_DAYS))
     old = devices.price(RESNET, "h100", 0, today=measured + datetime.timedelta(days=devices.STALE_DAYS + 1))
-    assert "STALE" not in fresh.source and f"STALE: {devices.STALE_DAYS + 1} days old" in old.source
+    assert "STALE" not in fresh.priced and old.priced.endswith(f"; STALE: measured {devices.STALE_DAYS + 1} days ago")
+    assert f"after {devices.STALE_DAYS} days" in old.source and old.seconds_per_epoch == fresh.seconds_per_epoch
 
 
 @pytest.mark.parametrize("change", [{"model": "vgg19_bn"}, {"batch_size": 64}, {"precision": "fp32"}])
