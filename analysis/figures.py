@@ -137,7 +137,7 @@ LINE_WORDS = {"--": "dashed", ":": "dotted", "-.": "dash-dotted"}
 PANELS_PER_ROW = 3
 # The replicates' figure's legend entries; its caption (`analysis.replicate_report`) says the same words.
 ORACLE_BARS = "the Oracle's b (seed mean), the paper's interval as bars"
-PANEL_SCALE = "scaled to each panel's dense max_lr"
+PANEL_THEORY = "theory α ∝ C^(-1/2), scaled to each panel's dense max_lr"  # σ_X, σ_W and d: in the caption
 
 
 def theory_label(theory: dict, scaled: str) -> str:
@@ -183,7 +183,7 @@ def max_lr_replicates_figure(reps: list[tuple[str, pd.DataFrame, dict[str, dict]
             entries.setdefault(label(method), ax.plot(lam, curve, marker=marker, linestyle=style, color=colour,
                                                       markersize=4, linewidth=1.5, zorder=3)[0])
         if dense is not None:
-            entries.setdefault(theory_label(theory, PANEL_SCALE), ax.plot(
+            entries.setdefault(PANEL_THEORY, ax.plot(
                 100.0 * (1.0 - rate) ** k, dense * theory_lr(k, rate, **theory), color="black", linewidth=1.0,
                 zorder=1)[0])
         ax.set_title(name, fontsize=11)
@@ -193,7 +193,7 @@ def max_lr_replicates_figure(reps: list[tuple[str, pd.DataFrame, dict[str, dict]
         if i % ncols:
             ax.set_ylabel("")
     fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncol=1 if ncols == 1 else 2,
-               fontsize=10, frameon=False)
+               fontsize=11, frameon=False)
     return render(fig)
 
 

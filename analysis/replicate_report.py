@@ -382,11 +382,12 @@ def max_lr_caption(sets: list[Intervals], theory: dict, dataset: str | None) -> 
     """The caption of `figures.max_lr_replicates_figure`, in its legend's words: each legend entry is said here."""
     oracle = [figures.ORACLE_BARS] * any(not s.pooled.empty for s in sets)
     drawn = dict.fromkeys(m for s in sets for m in s.silo)  # the SILO variants, in the legend's order
-    unknown = "" if dataset in INPUT_DIMS else f"; d = {DEFAULT_DIM} assumed for {dataset!r}"
+    unknown = "" if dataset in INPUT_DIMS else f", assumed for {dataset!r}"
     return ("max_lr against density, one panel per replicate on one max_lr scale: "
             + "; ".join([*oracle, *map(figures.silo_line, drawn),
-                         f"the {figures.theory_label(theory, figures.PANEL_SCALE)} (Theorem 2, Remark 2), the "
-                         f"Oracle's b at λ = 100 % (else the first SILO variant's max_lr there){unknown}"]) + ".")
+                         f"the {figures.PANEL_THEORY} (Theorem 2, Remark 2, with σ_X = {theory['sigma_x']:g}, "
+                         f"σ_W = {theory['sigma_w']:g}, d = {theory['d']:g}{unknown}), the dense max_lr being the "
+                         "Oracle's b at λ = 100 % (else the first SILO variant's max_lr there)"]) + ".")
 
 
 def _paper_sections(reps: list[Replicate], spec: dict | None, links: Section) -> list[Section]:
