@@ -32,8 +32,8 @@ from analysis.verdict_sentences import DIAGNOSTIC, VERSUS, ci_text, family_line,
 # The words of a cell, moved to verdict_sentences so that one run's answer (analysis.tables) says them alike.
 from analysis.verdict_sentences import cell as _cell, words as _words  # noqa: F401
 from oracle_search.options import OracleOptions, recorded_oracle
-from oracle_search.sequential import sequential_section
-from oracle_search.statistics import REPLICATE_BUDGET
+from oracle_search.sequential import LOOKS, sequential_section
+from oracle_search.statistics import POWER, REPLICATE_BUDGET, power, sd_upper
 from oracle_search.schema import BASELINES, HELD_OUT, Method, Stage, read_results, results_frame
 from trainables.atomic import atomic_write_bytes
 from trainables.spec import ExperimentSpec, SpecError
@@ -329,49 +329,93 @@ def _comparison(r: pd.Series) -> str:
     return f"{label(r['schedule'])} {_versus(r['versus'])}"
 
 
-def _plan_text(hypothesis: str, n: object, power: float) -> str:
+def _planned(n: int | None) -> str:
+    return f"> {REPLICATE_BUDGET}" if n is None else str(n)
+
+
+def _span(low: int | None, high: int | None) -> str:
+    """A plan's range: one number where both ends agree."""
+    return _planned(low) if low == high else f"{_planned(low)}–{_planned(high)}"
+
+
+def plan_range(hypothesis: str, mean: float, sd: float, n: int, margin: float) -> dict:
+    """A fixed-R plan as a range (issue 61): the replicates whose one 95 % interval would show `hypothesis` with
+    80 % power (`statistics.plan_at`'s exact power, `_smallest`) if the true difference were the observed mean, and if it were one
+    standard error (sd/√n) to the unfavourable side (further from 0 for equivalence, nearer to it for a difference,
+    0 at most), each on the sd's 80 % upper bound (`sd_upper`, the bound the plans use) and on its 95 % bound. None:
+    more than `REPLICATE_BUDGET`."""
+    se = sd / math.sqrt(n)
+    sign = 1.0 if mean >= 0 else -1.0
+    worse = sign * (abs(mean) + se) if hypothesis == "equivalence" else sign * max(abs(mean) - se, 0.0)
+    bounds = {"80": sd_upper(sd, n), "95": sd_upper(sd, n, 0.95)}
+    out = {"se": se, "unfavourable": worse, "sd_80": bounds["80"], "sd_95": bounds["95"]}
+    for level, bound in bounds.items():
+        for where, at in (("observed", mean), ("unfavourable", worse)):
+            out[f"{where}_{level}"] = _smallest(hypothesis, at, bound, margin)
+    return out
+
+
+def _smallest(hypothesis: str, at: float, sd: float, margin: float) -> int | None:
+    """`statistics.plan_at`'s number (the smallest n in 2..budget with power ≥ 80 %) by bisection: the power
+    rises with n, so a handful of power integrals instead of one per n (the tests check it against plan_at)."""
+    if power(hypothesis, REPLICATE_BUDGET, at, sd, margin) < POWER:
+        return None
+    low, high = 1, REPLICATE_BUDGET  # power(low) < POWER (n = 1: none), power(high) ≥ POWER
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if power(hypothesis, mid, at, sd, margin) >= POWER else (mid, high)
+    return high
+
+
+def _range_text(hypothesis: str, found: dict) -> str:
     what = "equivalence" if hypothesis == "equivalence" else "a difference"
-    if pd.isna(n):
-        return f"{what}: not decidable at this budget (power {power:.2f} with {REPLICATE_BUDGET})"
-    return f"{what} {int(n)} (power {power:.2f})"
+    return (f"{what} {_span(found['observed_80'], found['unfavourable_80'])} (sd bound {found['sd_80']:.2f}; "
+            f"on the 95 % bound {found['sd_95']:.2f}: {_span(found['observed_95'], found['unfavourable_95'])})")
 
 
-def needed_line(verdict: pd.DataFrame) -> str:
-    """What the comparisons labelled equivalent or inconclusive would need (`statistics.plans`, as
-    `analysis.replicates` put them in the verdict frame): for an equivalent one, the replicates to show
-    equivalence again if the true difference were 0; for an inconclusive one, the plan of the hypothesis its data
-    point to, at its observed mean; each with its power at the observed mean."""
+def needed_line(verdict: pd.DataFrame, auto: bool = False) -> str:
+    """What the comparisons labelled equivalent or inconclusive would need, planned for a fixed R, as ranges
+    (`plan_range`): for an equivalent one, to show equivalence again; for an inconclusive one, the hypothesis its
+    data point to (`statistics.plans`' choice: a difference where the mean lies outside the margin, else both);
+    and whether the replicates already run count toward the plan, under which rule (`auto`: the run went in waves
+    under the sequential rule)."""
     if verdict["replicates"].max() < 2:
         return "Replicates needed: not computable from one replicate (the spread between whole studies is unknown)."
-    equivalent = verdict[verdict["verdict"] == "equivalent"]
-    open_rows = verdict[verdict["verdict"] == "inconclusive"]
-    again = [f"{_comparison(r)}: " + (f"{int(r['plan_equivalence'])}" if not pd.isna(r["plan_equivalence"]) else
-                                      f"not decidable at this budget") + f" (power {r['power_equivalence']:.2f})"
-             for _, r in equivalent.iterrows() if not pd.isna(r["power_equivalence"])]
-    planned = []
-    for _, r in open_rows.iterrows():
-        hypotheses = [h for h in ("equivalence", "difference") if not pd.isna(r[f"power_{h}"])]
-        if not hypotheses:
+    R = int(verdict["replicates"].max())
+    rows = []
+    for _, r in verdict[verdict["verdict"].isin(["equivalent", "inconclusive"])].iterrows():
+        n, sd, mean, margin = int(r["replicates"]), float(r["sd"]), float(r["advantage"]), float(r["margin"])
+        if n < 2 or not sd > 0 or not math.isfinite(margin):
             continue
-        where = "outside" if abs(r["advantage"]) >= r["margin"] else "inside"
-        planned.append(f"{_comparison(r)}, {r['advantage']:+.2f} {where} the margin: " + " or ".join(
-            _plan_text(h, r[f"plan_{h}"], r[f"power_{h}"]) for h in hypotheses))
-    unplanned = len(equivalent) + len(open_rows) - len(again) - len(planned)
-    line = ("Replicates needed, each the smallest number whose 95 % interval would show the hypothesis with 80 % "
-            "power, planned on an 80 % upper bound of the sd over replicates (power: the chance it does if the true "
-            "difference were the observed mean, at that sd; a plan needing more than "
-            f"{REPLICATE_BUDGET} replicates is not decidable at this budget). ")
-    if again:
-        line += ("To show equivalence again if the true difference were 0 — " + "; ".join(again) + ". ")
-    if planned:
-        line += ("Inconclusive, planned for the hypothesis the data point to, each plan assuming the true "
-                 "difference is the observed mean: a difference where the mean lies outside the margin (there an "
-                 "equivalence plan cannot succeed); inside it, equivalence and a difference — "
-                 + "; ".join(planned) + ". ")
-    if not again and not planned:
-        line += "No comparison is equivalent or inconclusive. "
-    if unplanned:
-        line += f"{unplanned} comparison(s): no spread to plan on. "
+        hypotheses = (["equivalence"] if r["verdict"] == "equivalent" else
+                      ["difference"] if abs(mean) >= margin else ["equivalence", "difference"])
+        ranges = [(h, plan_range(h, mean, sd, n, margin)) for h in hypotheses]
+        rows.append(f"{_comparison(r)} ({r['verdict']}, mean {mean:+.2f} ± se {ranges[0][1]['se']:.2f}, sd "
+                    f"{sd:.2f}): " + "; ".join(_range_text(h, found) for h, found in ranges))
+    skipped = int(verdict["verdict"].isin(["equivalent", "inconclusive"]).sum()) - len(rows)
+    line = ("Replicates needed, planned for a fixed R: the smallest number of replicates whose one 95 % interval, "
+            "read once at that number, would show the hypothesis with 80 % power, as a range a–b: a if the true "
+            "difference were the observed mean, b if it were one standard error to the unfavourable side (further "
+            "from 0 for equivalence, nearer to it for a difference), both on the sd bound given (the 80 % upper "
+            "bound of the sd over replicates), then both again on its 95 % upper bound. Equivalent rows are planned "
+            "to show equivalence again, inconclusive ones for the hypothesis their data point to (a difference where "
+            f"the mean lies outside the margin, else both); > {REPLICATE_BUDGET}: not decidable at this budget. ")
+    line += ("; ".join(rows) + ". ") if rows else "No comparison is equivalent or inconclusive with a spread to plan on. "
+    if skipped > 0:
+        line += f"{skipped} comparison(s): no spread to plan on. "
+    if auto:
+        line += (f"These plans are for a fixed R; this run went in waves under the sequential rule, and its {R} "
+                 "replicates count toward its own N under that rule: a rerun with a larger --max-replicates extends "
+                 "it within the rule while it stopped before its N (the α its looks spent stays spent). ")
+    else:
+        line += (f"Whether the {R} replicates already run count toward a plan depends on the rule: under the fixed-R "
+                 f"95 % rule these plans assume, only if the planned number is read once and the labels at R = {R} "
+                 "are set aside, because choosing it from them and reading the labels again is a second look "
+                 "(optional stopping), which the 95 % does not cover; under the sequential rule they count: "
+                 "`compare --replicates auto --max-replicates N` on the run's folder takes them into its first look and "
+                 "spends α over that look and the later ones (Lan–DeMets O'Brien–Fleming across the looks, "
+                 "Bonferroni across the family), so its rate holds when N is set by the budget, at the price of "
+                 "wider intervals at each look than these plans assume. ")
     return line + "For a comparison labelled better or worse, tables/verdict.csv's replicates_needed is how many " \
                   "would reproduce the label if the true effect were the observed one: optimistic, not a plan."
 
@@ -572,7 +616,9 @@ def write_replicates_report(out: Path, runs: list[Path], margin_per_cycle: float
     labels = Section(labels_table.title, tables=[labels_table])
     labels.notes_after += disagreements(reps, per)
     varied = variance_sentence([s for r in runs if (s := read_spec(Path(r)))])  # what a replicate varies
-    labels.notes_after += [needed_line(verdict), " ".join(filter(None, [SCIENCE, varied, multiplicity(verdict)]))]
+    auto = out is not None and (Path(out) / LOOKS).exists()  # an auto run: its replicates count under its rule
+    labels.notes_after += [needed_line(verdict, auto),
+                           " ".join(filter(None, [SCIENCE, varied, multiplicity(verdict)]))]
     choices = Section("The choices each replicate made", tables=[choices_table(reps)])
     diagnostic = diagnostic_table(reps)
     diagnostics = [] if diagnostic is None else [Section(diagnostic.title, tables=[diagnostic])]
