@@ -47,7 +47,11 @@ A maintained library was looked for: `confseq` (the confidence-sequence papers' 
 package that compiles C++ against Boost (no wheel for this platform), and its confidence sequences are for bounded
 observations or known sub-Gaussian scale, not unbounded advantages with an unknown sd; so numpy and scipy.
 
-- `look`: one look's decisions; `simulate`: the rule (or a naive one) on synthetic families, vectorised;
+- `look`: one look's decisions; `simulate`: the rule (or a naive one) on synthetic families, vectorised, with
+  where each family's job stopped (`Simulated.ends`); `benchmarks/sequential_fwer.py` reports its error and power;
+- `wave_from_slots`: how many replicates a wave runs side by side, from one replicate simulated alone on the slots;
+  `scenarios`, `expected`: the replicates an auto run is expected to run under stated effects and spreads (the
+  committed example's, `COMMITTED`); `auto_price` puts them together with the simulated walls for the dry run;
 - `Waves`: `compare --replicates auto`'s state between waves, OUT/looks.json (`pipeline.compare` runs the waves);
 - `sequential_section`: the report's lines on the rule and where each comparison stopped, or, for a run without
   looks.json, that its labels are fixed-R labels (one look).
