@@ -1,6 +1,6 @@
-"""The premise's files (`oracle_search.premise`): premise.csv (one row per λ, moment and reading), premise.png and premise.svg (the
-paper's Fig. 1 (a)/(b) in both readings and at both moments, and σ against λ) and premise.md (the figure, the one
-sentence saying which reading reproduces the paper's shape, the table)."""
+"""The premise's files (`oracle_search.premise`): premise.csv (one row per λ, moment and reading), premise.png and
+premise.svg (the paper's Fig. 1 (a)/(b) in both readings and at both moments, and σ against λ) and premise.md (the
+figure, the one sentence saying which reading reproduces the paper's shape, the table)."""
 from __future__ import annotations
 
 import csv
