@@ -223,3 +223,13 @@ def tiny_compare(ray_local, tmp_path_factory) -> CompareRun:
     with contextlib.redirect_stdout(printed):
         code = cli([*TINY_COMPARE, "--out", str(out)])
     return CompareRun(out, list(TINY_COMPARE), marker, before, code, printed.getvalue())
+
+
+def pytest_runtest_logreport(report) -> None:
+    """With ORACLE_SEARCH_TEST_TIMES=FILE, each test phase's wall time is appended to FILE as it ends (tab-separated:
+    node id, phase, seconds, outcome), so a run that is stopped or killed still says where its time went; pytest's own
+    --durations prints only at the end."""
+    path = os.environ.get("ORACLE_SEARCH_TEST_TIMES")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{report.nodeid}\t{report.when}\t{report.duration:.2f}\t{report.outcome}\n")
