@@ -49,7 +49,12 @@ COST = "silo_costs_more"  # one finding per SILO variant: key "silo_costs_more:<
 NOTHING = "nothing_to_find"
 
 PREMISE = {
-    SIGMA: "where the paper's Fig. 1 premise is that it falls as the network is pruned",
+    # The reading is named (issue 60): which weights σ pools over decides its direction. The paper's Fig. 1 counts
+    # all weights, the pruned ones' zero gradients too; `layer_statistics` pools the surviving ones.
+    SIGMA: "where the paper's Fig. 1 premise is that it falls as the network is pruned (here σ over the surviving "
+           "weights' gradients at each cycle's end, on one training batch of the Oracle's chain; Fig. 1 counts all "
+           "weights, the pruned ones' zeros too, a reading in which σ can fall while this one rises: `oracle-search "
+           "premise` reads both)",
     FLAT: "where the paper's premise (Theorem 2, Remark 2) is a max_lr that rises as the network is pruned: here b "
           "moves by at most one step of the grid after cycle 0",
     COST: "where the paper's complexity claim is that SILO costs a fraction of the Oracle",

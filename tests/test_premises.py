@@ -3,7 +3,7 @@ epochs than the Oracle, an Oracle whose b stays flat; each one sentence with the
 over replicates, and in a real report of the committed default run."""
 from __future__ import annotations
 
-from analysis.premises import COST, FLAT, SIGMA, Finding, findings, over_replicates, sentences
+from analysis.premises import COST, FLAT, PREMISE, SIGMA, Finding, findings, over_replicates, sentences
 from oracle_search.schema import read_results, results_frame
 from test_analysis_report import realistic, report_of
 from test_analysis_tables import cost_rows, oracle_rows, row, statistics_rows
@@ -12,8 +12,11 @@ from test_replicate_report import SEED0
 
 def test_a_rising_gradient_sigma_is_said_with_its_numbers_and_a_falling_one_is_not():
     (found,) = [f for f in findings(results_frame(statistics_rows())) if f.key == SIGMA]
-    assert sentences([found]) == ["The gradient σ rises: from 0.2 at λ = 100 % to 0.4 at λ = 80 % (2.00×), where "
-                                  "the paper's Fig. 1 premise is that it falls as the network is pruned."]
+    assert sentences([found]) == ["The gradient σ rises: from 0.2 at λ = 100 % to 0.4 at λ = 80 % (2.00×), "
+                                  f"{PREMISE[SIGMA]}."]
+    # The sentence names its reading: over which weights σ pools decides its direction (issue 60).
+    assert "σ over the surviving weights' gradients at each cycle's end" in PREMISE[SIGMA]
+    assert "Fig. 1 counts all weights, the pruned ones' zeros too" in PREMISE[SIGMA]
     falling = [row("silo_paper", "final", s, c, grad_std=g) for s in (10, 11) for c, g in ((0, 2.0), (1, 0.5))]
     assert not [f for f in findings(results_frame(falling)) if f.key == SIGMA]
 
@@ -61,7 +64,7 @@ def test_over_replicates_one_sentence_per_premise_says_in_how_many_with_each_one
     cost = Finding(f"{COST}:silo_fit", "120 % of the Oracle's epochs (12 against 10)")
     assert over_replicates({"replicate-1": [a, cost], "replicate-2": [b], "replicate-3": []}) == [
         "The gradient σ rises in 2 of 3 replicates (replicate-1 from 1 to 2 (2.00×); replicate-2 from 1 to 3 "
-        "(3.00×)), where the paper's Fig. 1 premise is that it falls as the network is pruned.",
+        f"(3.00×)), {PREMISE[SIGMA]}.",
         "SILO (fit) costs more epochs than the Oracle in 1 of 3 replicates (replicate-1 120 % of the Oracle's epochs "
         "(12 against 10)), where the paper's complexity claim is that SILO costs a fraction of the Oracle."]
     assert over_replicates({"replicate-1": [], "replicate-2": []}) == []
@@ -70,8 +73,7 @@ def test_over_replicates_one_sentence_per_premise_says_in_how_many_with_each_one
 def test_the_default_runs_own_report_says_its_gradient_sigma_rises(tmp_path):
     # The committed exhaustive compare of the default (base seed 0): σ from 8.6e-4 to 3.4e-3.
     assert sentences(findings(results_frame(read_results(SEED0).to_dict("records")))) == [
-        "The gradient σ rises: from 0.00086 at λ = 100 % to 0.0034 at λ = 6.87 % (3.92×), where the paper's Fig. 1 "
-        "premise is that it falls as the network is pruned."]
+        f"The gradient σ rises: from 0.00086 at λ = 100 % to 0.0034 at λ = 6.87 % (3.92×), {PREMISE[SIGMA]}."]
     printed = report_of(tmp_path, realistic())  # grad σ 0.01 (1 + cycle): rising
     first = printed["report.md"].read_text().split("\n## ")[1]  # the answer's section
     assert "The gradient σ rises: from 0.01 at λ = 100 % to 0.05 at λ = 41 % (5.00×)" in first
