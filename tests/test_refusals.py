@@ -79,11 +79,12 @@ def test_mnist1d_may_name_a_data_dir_it_will_make(tmp_path):
 
 def test_paper_table_on_the_committed_example_loads_neither_torch_nor_ray(tmp_path):
     """Issue 62: `paper-table docs/example` took 13.7 s, most of it importing torch and Ray (the replicates'
-    manifest was read through oracle_search.replicates, which imports the engine). It reads tables: pandas and
-    scipy only, and prints the table over the three replicates."""
+    manifest was read through oracle_search.replicates, which imports the engine), and the report's figures (the
+    check for runs given by hand as replicates; a replicates folder's are one study by construction). It reads
+    tables: pandas and scipy only, and prints the table over the three replicates."""
     done, said, imported = cli(tmp_path, "paper-table", str(ROOT / "docs" / "example"))
     assert done.returncode == 0, said
-    assert not imported & HEAVY, sorted(imported & HEAVY)
+    assert not imported & (HEAVY | {"matplotlib", "optuna"}), sorted(imported & (HEAVY | {"matplotlib", "optuna"}))
     assert "mean ± sample std over replicates (n = 3" in done.stdout.splitlines()[0], done.stdout[:500]
     assert done.stdout.count("\n| ") >= 5 and " ± " in done.stdout  # a row per method, mean ± std cells
     assert list(tmp_path.iterdir()) == []
