@@ -685,8 +685,9 @@ def build_parser() -> Parser:
     c.add_argument("dirs", metavar="RUN", nargs="+", help="a results folder (or a compare --replicates folder); "
                    "with --out, each RUN is one replicate: the runs must be of one spec but for the base seed, "
                    "with disjoint seeds")
-    c.add_argument("--out", help="folder for the report over the RUNs (tables/verdict.csv, tables/replicates.csv, "
-                   "report.md, report.html); each RUN's own report is left as it is")
+    c.add_argument("--out", help="folder for the report over the RUNs, or over a replicates folder's replicates "
+                   "(tables/verdict.csv, tables/replicates.csv, report.md, report.html); each RUN, and the replicates "
+                   "folder, is left as it is")
     add_flags(c, "compare", only=("margin",), defaults={"margin": None}, helps={"margin": "equivalence margin in "
               "accuracy points per compared cycle, summed over the cycles like the advantage: a comparison whose "
               "95 %% interval lies inside ±margin is `equivalent` (default: the margin a replicates folder "
