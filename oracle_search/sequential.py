@@ -463,13 +463,19 @@ def _unkey(text: str) -> tuple[str, str]:
 
 class Waves:
     """`compare --replicates auto`'s state between waves, kept in OUT/looks.json: the design, and per look its R,
-    its α_k and each comparison's decision. `next_replicates()`: the R the next wave runs to (None: done);
-    `record(R)`: the look after that wave, from OUT/tables/replicates.csv and tables/verdict.csv (the report over
-    the replicates `compare` just wrote). A resumed folder continues its waves (from the replicates it holds,
-    `held`, when a wave was cut short); another `max_replicates` re-plans the looks left of a run that stopped
-    before its N (`Design.extended`). Refused (SpecError naming the option): a `max_replicates` below the
-    replicates held or looked at, a larger one for a run that spent its α at its N with a comparison undecided,
-    and another margin."""
+    its α_k and each comparison's decision and level. `next_replicates()`: the R the next wave runs to (None:
+    done); `record(R)`: the look after that wave, from OUT/tables/replicates.csv and tables/verdict.csv (the report
+    over the replicates `compare` just wrote). A resumed folder continues its waves (from the replicates it holds,
+    `held`, when a wave was cut short).
+
+    **Another N** (`max_replicates`). A run that stopped before its N re-plans the looks left (`Design.extended`
+    at its last look, every undecided comparison reopened). A run that looked at its N spent all of α there on the
+    comparisons still open at that look ("budget": they stay as they are), but a comparison that stopped earlier as
+    futile left its share of the later looks unspent: with a larger N it reopens under a design of its own
+    (`own`: the design it stopped under, extended at the look it stopped at), and the Bonferroni split over the
+    family and the union bound over its own looks still hold. Refused (SpecError naming the option): a
+    `max_replicates` below the replicates held or looked at, a larger one for a run that looked at its N with only
+    "budget" comparisons undecided (no α left to look again), and another margin."""
 
     def __init__(self, out: Path, margin_per_cycle: float, wave: int | None, max_replicates: int, held: int = 0,
                  say: Callable[[str], None] = print):
@@ -483,7 +489,8 @@ class Waves:
         self.looks: list[dict] = [] if found is None else found["looks"]
         self.designs: list[dict] = [] if found is None else found.get("designs", [])
         self.design: Design | None = None if found is None else Design(**found["design"])
-        self.reopen = False
+        self.own: dict[str, Design] = {} if found is None else {k: Design(**d) for k, d in found.get("own", {}).items()}
+        self.reopened: set[str] = set()
         self.replayed = False
         if held > max_replicates:
             raise SpecError("max-replicates", f"{self.out} holds {held} replicates, more than --max-replicates "
@@ -499,23 +506,34 @@ class Waves:
                                 f"looked at, got {max_replicates}")
         if self.design is not None:
             self.design = dataclasses.replace(self.design, wave=wave)
-            undecided = [k for k, d in self.looks[-1]["decisions"].items() if d["stopped"] != "decided"] \
-                if self.looks else []
-            if max_replicates > self.design.max_replicates and last >= self.design.max_replicates and undecided:
-                raise SpecError("max-replicates", f"{self.out} looked at its N = {self.design.max_replicates} and "
-                                f"spent all its α = {self.design.alpha:g} there: a larger N would look again at "
-                                f"{len(undecided)} undecided comparison{'s' * (len(undecided) != 1)} with no error "
-                                f"rate left (only a run that stopped before its N can be extended)")
-            if max_replicates != self.design.max_replicates and 0 < last < self.design.max_replicates \
-                    and undecided:
+            self.own = {k: dataclasses.replace(d, wave=wave) for k, d in self.own.items()}
+            final = self.looks[-1]["decisions"] if self.looks else {}
+            undecided = [k for k, d in final.items() if d["stopped"] != "decided"]
+            if undecided and max_replicates != self.N and 0 < last < self.N:
+                # Stopped before its N: every undecided comparison goes on along the family's design, re-planned.
                 self.designs.append(dataclasses.asdict(self.design))
                 self.design = self.design.extended(max_replicates, last)
-                self.reopen = True
-        self.done = bool(self.looks) and (last >= self.design.max_replicates or all(
-            d["stopped"] in ("decided", "futile", "budget") for d in self.looks[-1]["decisions"].values())) \
-            and not self.reopen
+                self.own = {}
+                self.reopened = set(undecided)
+            elif undecided and max_replicates > self.N and last >= self.N:
+                futile = {k: final[k]["replicates"] for k in undecided if final[k]["stopped"] == "futile"}
+                if not futile:
+                    raise SpecError("max-replicates", f"{self.out} looked at its N = {self.N} and spent all its α "
+                                    f"= {self.design.alpha:g} there on its {len(undecided)} undecided comparison"
+                                    f"{'s' * (len(undecided) != 1)}: a larger N would look at them again with no "
+                                    "error rate left (only one that stopped as futile before N can be reopened)")
+                for key, at in futile.items():  # each on the rest of its own share, after the look it stopped at
+                    self.own[key] = self.own.get(key, self.design).extended(max_replicates, at)
+                self.reopened = set(futile)
+        self.done = bool(self.looks) and not self.reopened and (last >= self.N or all(
+            d["stopped"] in ("decided", "futile", "budget") for d in self.looks[-1]["decisions"].values()))
         self.next = (max(last, held) if self.done else
-                     min(max(last + wave if last else wave, held), max_replicates))
+                     min(max(last + wave if last else wave, held), self.N if self.design else max_replicates))
+
+    @property
+    def N(self) -> int:
+        """The most replicates any open comparison's design runs to: where the waves end."""
+        return max(d.max_replicates for d in [self.design, *self.own.values()])
 
     def next_replicates(self) -> int | None:
         """The R the next wave runs to; a finished run gives its last R once (compare resumes, nothing trains, the
@@ -527,16 +545,15 @@ class Waves:
         return self.next
 
     def earlier(self) -> dict[tuple[str, str], Decision]:
+        """The last look's decisions, but those reopened by another N."""
         if not self.looks:
             return {}
-        found = {_unkey(k): Decision.of(v) for k, v in self.looks[-1]["decisions"].items()}
-        if self.reopen:
-            found = {k: d for k, d in found.items() if d.stopped == "decided"}
-        return found
+        return {_unkey(k): Decision.of(v) for k, v in self.looks[-1]["decisions"].items() if k not in self.reopened}
 
     def record(self, replicates: int) -> dict[tuple[str, str], Decision] | None:
-        """The look at R = `replicates` (nothing for a finished run's replay): each comparison's decision, written
-        to looks.json and said; sets what the next wave runs to."""
+        """The look at R = `replicates` (nothing for a finished run's replay): each comparison's decision, at the
+        level its own design gives it (the family's, or its own after a reopening), written to looks.json with
+        that level and said; sets what the next wave runs to."""
         if self.done:
             return None
         per = pd.read_csv(self.out / "tables" / "replicates.csv")
@@ -546,26 +563,47 @@ class Waves:
         if self.design is None:
             self.design = Design(first=replicates, wave=self.wave, max_replicates=self.max_replicates,
                                  family_size=max(1, len(values)))
+        if len(values) > self.design.family_size:
+            raise ValueError(f"{len(values)} comparisons, but the design splits α over "
+                             f"{self.design.family_size}: the family may not grow between looks")
         previous = self.looks[-1]["replicates"] if self.looks else 0
-        decisions = look(values, margins, self.design, replicates, previous, self.earlier())
+        before = {_unkey(k): Decision.of(v) for k, v in self.looks[-1]["decisions"].items()} if self.looks else {}
+        earlier = self.earlier()
+        decisions: dict[tuple[str, str], Decision] = {}
+        levels: dict[str, list[float]] = {}
+        m = self.design.family_size
+        for key, v in values.items():
+            if key in earlier and earlier[key].stopped in ("decided", "futile", "budget"):
+                decisions[key] = earlier[key]  # stopped, and not reopened: as it was
+                continue
+            design = self.own.get(_key(key), self.design)
+            # Its last look: the run's, or, for one reopened, the look it stopped at (its own α ran out there).
+            last = before[key].replicates if key in before else 0
+            error = design.increment(replicates, last) / m
+            remaining = (design.alpha - design.cumulative(replicates)) / m
+            decisions.update(decide({key: v}, margins, error=error, remaining=remaining, replicates=replicates,
+                                    max_replicates=design.max_replicates))
+            levels[_key(key)] = [error, remaining, design.max_replicates]
         alpha = self.design.increment(replicates, previous)
         self.looks.append({"replicates": replicates, "previous": previous, "alpha": alpha,
                            "cumulative": self.design.cumulative(replicates),
-                           "error": alpha / self.design.family_size, "max_replicates": self.design.max_replicates,
+                           "error": alpha / m, "max_replicates": self.N, "levels": levels,
                            "decisions": {_key(k): d.record() for k, d in decisions.items()}})
-        self.reopen = False
+        reopened, self.reopened = self.reopened, set()
         atomic_write_json(self.out / LOOKS, {
             "rule": sentence(self.design), "design": dataclasses.asdict(self.design), "designs": self.designs,
+            "own": {k: dataclasses.asdict(d) for k, d in self.own.items()},
             "margin_per_cycle": self.margin_per_cycle, "looks": self.looks})
         counts = {s: sum(d.stopped == s for d in decisions.values()) for s in STOPS}
-        self.say(f"look at R = {replicates} (α_k {alpha:.2g}): " + ", ".join(f"{n} {s}" for s, n in counts.items()
-                                                                          if n))
+        again = f"; {len(reopened)} reopened by N = {self.N}" if reopened and self.own else ""
+        self.say(f"look at R = {replicates} (α_k {alpha:.2g}{again}): " + ", ".join(
+            f"{n} {s}" for s, n in counts.items() if n))
         open_ = counts["continue"] > 0
-        self.done = not open_ or replicates >= self.design.max_replicates
+        self.done = not open_ or replicates >= self.N
         if self.done:
             self.replayed = True  # the last wave ran at this R already
         else:
-            self.next = min(replicates + self.design.wave, self.design.max_replicates)
+            self.next = min(replicates + self.design.wave, self.N)
         return decisions
 
 
@@ -606,15 +644,24 @@ def replay(found: dict, per: pd.DataFrame) -> list[dict[tuple[str, str], Decisio
         R = record["replicates"]
         if not set(range(1, R + 1)) <= have:
             return None
-        if k and record["max_replicates"] != found["looks"][k - 1]["max_replicates"]:
+        if k and record["max_replicates"] != found["looks"][k - 1]["max_replicates"] and "levels" not in record:
             earlier = {key: d for key, d in earlier.items() if d.stopped == "decided"}
         margins = {_unkey(key): (math.nan if d["margin"] is None else d["margin"])
                    for key, d in record["decisions"].items()}
         values = {key: v for key, v in advantages(per, R).items() if key in margins}
         family = found["design"]["family_size"]
-        earlier = decide(values, margins, error=record["error"],
-                         remaining=(found["design"]["alpha"] - record["cumulative"]) / family, replicates=R,
-                         max_replicates=record["max_replicates"], earlier=earlier)
+        if "levels" in record:  # each comparison looked at at its own recorded level; the others keep theirs
+            now = dict(earlier)
+            for key, (error, remaining, N) in record["levels"].items():
+                key = _unkey(key)
+                if key in values:
+                    now.update(decide({key: values[key]}, margins, error=error, remaining=remaining, replicates=R,
+                                      max_replicates=int(N)))
+            earlier = {key: now[key] for key in values if key in now}
+        else:
+            earlier = decide(values, margins, error=record["error"],
+                             remaining=(found["design"]["alpha"] - record["cumulative"]) / family, replicates=R,
+                             max_replicates=record["max_replicates"], earlier=earlier)
         out.append(earlier)
     return out
 
@@ -667,6 +714,12 @@ def sequential_section(out: Path, per: pd.DataFrame | None = None,
         lines.append("Applied again to the replicates' advantages, the looks give the decisions recorded at them."
                      if not differ else "Applied again to the replicates' advantages, the looks differ from what "
                      "was recorded for " + ", ".join(differ) + ": the replicates' rows changed since.")
+    if (own := found.get("own")):
+        first = min(Design(**d).since for d in own.values())
+        lines.append(f"N was raised to {N} after the look at R = {first}: the {len(own)} comparison"
+                     f"{'s' * (len(own) != 1)} that had stopped as futile before the old N reopened, each on the rest "
+                     "of its own share of α (its design extended at the look it stopped at); those open at the old "
+                     "N had spent theirs there and stay as they were.")
     last = looks[-1]["replicates"]
     still = [k for k, d in final.items() if d.stopped == "continue"]
     if still and last < N:

@@ -269,16 +269,50 @@ def test_a_larger_max_extends_a_run_that_stopped_before_its_n(tmp_path):
     assert found["looks"][len(ran)]["decisions"]["silo_fit vs oracle"]["replicates"] == last + 3
 
 
+def test_a_run_that_looked_at_its_n_reopens_only_its_futile_comparisons(tmp_path):
+    """Looked at N = 6, then N = 9: a comparison that stopped as futile at R = 3 left its share of the look at 6
+    unspent, and reopens on the rest of its own α; the others stay as they were."""
+    ran = run_waves(tmp_path, max_replicates=6)
+    assert ran == [3, 6]
+    final = json.loads((tmp_path / "looks.json").read_text())["looks"][-1]["decisions"]
+    futile = {k: d["replicates"] for k, d in final.items() if d["stopped"] == "futile"}
+    assert futile == {"silo_fit vs oracle": 3}  # sd 6 against a margin of 3: out of reach by 6
+    assert run_waves(tmp_path, max_replicates=9) == [9]
+    found = json.loads((tmp_path / "looks.json").read_text())
+    old = Design(**found["design"])
+    assert old.max_replicates == 6 and set(found["own"]) == set(futile)
+    own = Design(**found["own"]["silo_fit vs oracle"])
+    assert (own.max_replicates, own.since) == (9, 3) and own.spent == pytest.approx(old.cumulative(3))
+    last = found["looks"][-1]
+    assert last["replicates"] == 9 and set(last["levels"]) == set(futile)  # only the reopened one was looked at
+    assert {k: d for k, d in last["decisions"].items() if k not in futile} == \
+        {k: d for k, d in final.items() if k not in futile}
+    assert last["decisions"]["silo_fit vs oracle"]["replicates"] == 9
+    # Its α over all its looks: its share at R = 3 under the old design, then the rest of its own at 9: α / m.
+    charged = sum(look["levels"]["silo_fit vs oracle"][0] for look in found["looks"]
+                  if "silo_fit vs oracle" in look.get("levels", {}))
+    assert charged * old.family_size == pytest.approx(ALPHA) and charged * old.family_size <= ALPHA + 1e-12
+    text = "\n".join(sequential_section(tmp_path))
+    assert "N was raised to 9 after the look at R = 3: the 1 comparison" in text
+    assert "the looks give the decisions recorded at them" in text  # replayed at each comparison's own level
+    assert run_waves(tmp_path, max_replicates=9) == [9]  # a resume: nothing new
+
+
 def test_a_run_that_spent_its_alpha_at_n_is_not_extended_and_bad_resumes_are_refused(tmp_path):
     ran = run_waves(tmp_path, max_replicates=6)
     assert ran == [3, 6]
-    undecided = [d for d in json.loads((tmp_path / "looks.json").read_text())["looks"][-1]["decisions"].values()
-                 if d["stopped"] != "decided"]
-    assert undecided  # sd 6 against a margin of 3: not decided within 6
+    path = tmp_path / "looks.json"
+    found = json.loads(path.read_text())
+    for d in found["looks"][-1]["decisions"].values():  # as if every undecided one had been open at N = 6
+        if d["stopped"] == "futile":
+            d["stopped"], d["replicates"] = "budget", 6
+    path.write_text(json.dumps(found))
     for N, margin, name in ((9, 0.5, "max-replicates"), (4, 0.5, "max-replicates"), (6, 1.0, "margin")):
         with pytest.raises(SpecError) as err:
             Waves(tmp_path, margin, 3, N, held=6)
         assert err.value.field == name
+    with pytest.raises(SpecError, match="no error rate left"):
+        Waves(tmp_path, 0.5, 3, 9, held=6)
 
 
 def test_the_pipeline_loop_runs_compare_in_waves(tmp_path, monkeypatch):
