@@ -96,13 +96,22 @@ class Command:
         return f"{self.doc}:{self.line}: {self.text}"
 
 
+def scan(text: str) -> tuple[str, bool]:
+    """`text` without its trailing shell comment (a `#` starting a word outside quotes), and whether its quotes
+    are closed (an apostrophe in a comment is no quote)."""
+    quote = None
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or text[i - 1].isspace()):
+            return text[:i].rstrip(), True
+    return text, quote is None
+
+
 def complete(text: str) -> bool:
-    """Whether `text`'s quotes are closed."""
-    try:
-        shlex.split(text)
-    except ValueError:
-        return False
-    return True
+    return scan(text)[1]
 
 
 def commands() -> list[Command]:
@@ -114,20 +123,21 @@ def commands() -> list[Command]:
                 continue
             first = text.count("\n", 0, block.start(2)) + 1
             pending, start = "", 0
-            for i, line in enumerate(block.group(2).splitlines()):
+            for i, line in enumerate([*block.group(2).splitlines(), None]):
+                if line is None:  # the block's end: a command still open (an unclosed quote) is one all the same
+                    line, pending = "", pending.rstrip("\\ ")
+                    if not pending:
+                        break
                 if not pending:
                     start = first + i
                 pending += line.rstrip()
                 if pending.endswith("\\"):
                     pending = pending[:-1].rstrip() + " "
                     continue
-                if not complete(pending):  # a quoted argument over several lines (docs/cluster.md's JSON)
+                if line and not complete(pending):  # a quoted argument over several lines (docs/cluster.md's JSON)
                     pending += " "
                     continue
-                said = " ".join(pending.split())
-                if "#" in said and shlex.split(said, comments=True) != shlex.split(said):  # a comment: dropped
-                    said = said[:max(said.rfind(" #"), 0)]
-                cmd, pending = Command(doc, start, said, False), ""
+                cmd, pending = Command(doc, start, " ".join(scan(pending)[0].split()), False), ""
                 if cmd.words and PROGRAM.fullmatch(cmd.words[0]):
                     found.append(cmd)
         prose = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)  # the lines keep their numbers
@@ -144,8 +154,8 @@ def oracle_argv(cmd: Command) -> list[str] | None:
     """The words from `oracle-search` on (a command may call it inside another: `ray job submit -- ...`)."""
     words = cmd.words
     for i, w in enumerate(words):
-        if w.endswith("oracle-search") or w == '$(command':
-            return words[i:] if w.endswith("oracle-search") else None
+        if w.endswith("oracle-search") or w == "$(command -v oracle-search)":  # docs/cluster.md's job demo
+            return words[i:]
     return None
 
 
