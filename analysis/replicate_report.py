@@ -406,7 +406,8 @@ def needed_line(verdict: pd.DataFrame, auto: bool = False) -> str:
     if auto:
         line += (f"These plans are for a fixed R; this run went in waves under the sequential rule, and its {R} "
                  "replicates count toward its own N under that rule: a rerun with a larger --max-replicates extends "
-                 "it within the rule while it stopped before its N (the α its looks spent stays spent). ")
+                 "it within the rule (the α its looks spent stays spent; a comparison that stopped as futile reopens "
+                 "on the rest of its own share, and one open at the last look before N goes on). ")
     else:
         line += (f"Whether the {R} replicates already run count toward a plan depends on the rule: under the fixed-R "
                  f"95 % rule these plans assume, only if the planned number is read once and the labels at R = {R} "
