@@ -111,13 +111,15 @@ class AutoPrice:
             f"measured it, {min(sds):.2f}–{max(sds):.2f} times its margin, scaled to this run's margin):")
         for name, found in self.expected.items():
             lines.append(f"  {name}: {found.replicates:.1f} ± {found.replicates_se:.1f} replicates, wall "
-                         f"{duration(self.expected_wall(found))}")
+                         f"{duration(self.expected_wall(found))}; a comparison gets a correct decided label with "
+                         f"chance {found.power:.2f}")
         lines.append(f"expected: {low:.1f}–{high:.1f} replicates, wall {duration(least)} – {duration(most_expected)}; "
                      f"at most: {N} replicates in {len(self.waves())} wave{'s' * (len(self.waves()) != 1)}, wall "
                      f"{duration(self.most())}")
         if len(self.waves()) == 1:
-            lines.append(f"one wave: all {N} run side by side and are read once, at N (a fixed-R run of N); a "
-                         "narrower --wave looks sooner: fewer replicates expected, more wall")
+            lines.append(f"one wave: all {N} run side by side and are read once, at N (a fixed-R run of N at the "
+                         "rule's levels); a narrower --wave looks sooner, and stops sooner only where every "
+                         "comparison has stopped")
         if self.other is not None:
             o = self.other
             low, high, least, most_expected = o.range()
