@@ -596,7 +596,7 @@ class Waves:
             "margin_per_cycle": self.margin_per_cycle, "looks": self.looks})
         counts = {s: sum(d.stopped == s for d in decisions.values()) for s in STOPS}
         again = f"; {len(reopened)} reopened by N = {self.N}" if reopened and self.own else ""
-        self.say(f"look at R = {replicates} (α_k {alpha:.2g}{again}): " + ", ".join(
+        self.say(f"look at R = {replicates} ({_spent(self.looks[-1], m)}{again}): " + ", ".join(
             f"{n} {s}" for s, n in counts.items() if n))
         open_ = counts["continue"] > 0
         self.done = not open_ or replicates >= self.N
@@ -617,6 +617,17 @@ def _level(level: float) -> str:
     """A two-sided confidence: 99.82 %, or 1 − 3e-05 where the percentage would round to 100."""
     error = 1 - level
     return f"{100 * level:.4g} %" if error >= 1e-3 else f"1 − {error:.2g}"
+
+
+def _spent(record: dict, family_size: int) -> str:
+    """A look's α in words: the family's α_k, or, where the comparisons looked at had levels of their own (reopened
+    by another N), theirs."""
+    levels = record.get("levels") or {}
+    own = sorted({round(error * family_size, 12) for error, _, _ in levels.values()})
+    if levels and not (len(own) == 1 and math.isclose(own[0], record["alpha"], rel_tol=1e-9, abs_tol=1e-15)):
+        return (f"{len(levels)} comparison{'s' * (len(levels) != 1)} looked at, each at its own α_k "
+                + ", ".join(f"{a:.2g}" for a in own) + f", two-sided error α_k/{family_size}")
+    return f"α_k {record['alpha']:.2g}, each interval's two-sided error {record['error']:.2g}"
 
 
 def _why(key: tuple[str, str], d: Decision, max_replicates: int) -> str:
@@ -694,9 +705,7 @@ def sequential_section(out: Path, per: pd.DataFrame | None = None,
     lines = [found.get("rule") or sentence(design)]
     if not looks:
         return lines + ["No look has been made yet."]
-    lines.append("Looks: " + "; ".join(
-        f"R = {r['replicates']} (α_k {r['alpha']:.2g}, each interval's two-sided error {r['error']:.2g})"
-        for r in looks) + ".")
+    lines.append("Looks: " + "; ".join(f"R = {r['replicates']} ({_spent(r, design.family_size)})" for r in looks) + ".")
     recorded = {_unkey(k): Decision.of(v) for k, v in looks[-1]["decisions"].items()}
     if per is None and (out / "tables" / "replicates.csv").exists():
         per = pd.read_csv(out / "tables" / "replicates.csv")
@@ -715,11 +724,14 @@ def sequential_section(out: Path, per: pd.DataFrame | None = None,
                      if not differ else "Applied again to the replicates' advantages, the looks differ from what "
                      "was recorded for " + ", ".join(differ) + ": the replicates' rows changed since.")
     if (own := found.get("own")):
-        first = min(Design(**d).since for d in own.values())
-        lines.append(f"N was raised to {N} after the look at R = {first}: the {len(own)} comparison"
-                     f"{'s' * (len(own) != 1)} that had stopped as futile before the old N reopened, each on the rest "
-                     "of its own share of α (its design extended at the look it stopped at); those open at the old "
-                     "N had spent theirs there and stay as they were.")
+        raised = next(k for k, r in enumerate(looks) if r["max_replicates"] == N)
+        old, at = looks[raised - 1]["max_replicates"], looks[raised - 1]["replicates"]
+        stops = sorted({Design(**d).since for d in own.values()})
+        lines.append(f"N was raised from {old} to {N} after the look at R = {at}: the {len(own)} comparison"
+                     f"{'s' * (len(own) != 1)} that had stopped as futile before it (at R = "
+                     f"{', '.join(map(str, stops))}) reopened, each on the rest of its own share of α (its design "
+                     "extended at the look it stopped at); those open at the old N had spent theirs there and stay "
+                     "as they were.")
     last = looks[-1]["replicates"]
     still = [k for k, d in final.items() if d.stopped == "continue"]
     if still and last < N:

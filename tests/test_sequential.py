@@ -293,7 +293,9 @@ def test_a_run_that_looked_at_its_n_reopens_only_its_futile_comparisons(tmp_path
                   if "silo_fit vs oracle" in look.get("levels", {}))
     assert charged * old.family_size == pytest.approx(ALPHA) and charged * old.family_size <= ALPHA + 1e-12
     text = "\n".join(sequential_section(tmp_path))
-    assert "N was raised to 9 after the look at R = 3: the 1 comparison" in text
+    assert "N was raised from 6 to 9 after the look at R = 6: the 1 comparison that had stopped as futile before " \
+           "it (at R = 3) reopened" in text
+    assert "R = 9 (1 comparison looked at, each at its own α_k " in text
     assert "the looks give the decisions recorded at them" in text  # replayed at each comparison's own level
     assert run_waves(tmp_path, max_replicates=9) == [9]  # a resume: nothing new
 
