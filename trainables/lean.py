@@ -1,13 +1,15 @@
-"""A lean training step for a plain MLP on a CPU: the forward and backward written out, SGD in a few multi-tensor
-ops, no autograd graph.
+"""A lean training step for a plain MLP on a CPU: the forward and backward written out, SGD as its fused kernel,
+no autograd graph.
 
-The §3.1 MLP's step through autograd took 2.4-2.7x its bare matmuls in fp32 on one CPU thread
+The §3.1 MLP's step through autograd took 2.3-2.4x its bare matmuls in fp32 on one CPU thread, 4.1-4.2x in bf16
 (benchmarks/step_efficiency.py): at batch 128 and width 256 each op's dispatch, the autograd engine's graph and
-the optimizer's per-parameter Python loop cost as much as the arithmetic. This step issues the same ATen ops the
-autograd step runs (`addmm`, `relu`, `log_softmax`, `nll_loss`, their backward kernels, `mm` and `sum` for the
-gradients, autocast's casts in bf16), in the same order and dtypes, so it is the same math; what it leaves out
-is the engine, the graph and the per-step allocations of the gradients. tests/test_lean_step.py checks it
-against `trainables.cycle.train_step` over several steps, weights and momenta, in fp32 and bf16.
+SGD's per-parameter loop cost about as much as the arithmetic. This step issues the ATen ops the autograd step
+runs (`addmm`, `relu`, `log_softmax`, `nll_loss`, their backward kernels, `mm` and `sum` for the gradients,
+autocast's casts in bf16), in the same order and dtypes: its loss and gradients are autograd's bit for bit. Its
+update is SGD's own fused kernel, which rounds about one float32 ulp apart from SGD's default loop. It leaves out
+the engine, the graph, the per-step allocation of the gradients and three of SGD's four passes over each tensor:
+1.5-1.6x the bare matmuls in fp32, 2.5x in bf16. tests/test_lean_step.py checks it against
+`trainables.cycle.train_step`.
 
 It applies only where that holds (`lean_step` says where): an `nn.Sequential` of `Flatten` (optional), then
 `Linear`, `ReLU`, ..., `Linear` with nothing else in it, on a CPU, the project's cross-entropy, `torch.optim.SGD`
@@ -22,6 +24,7 @@ from torch import nn
 from trainables.plugins import loss_function
 from trainables.precision import DTYPES
 from trainables.pruning import MaskedWeights
+from trainables.spec import ExperimentSpec
 
 MEAN = 1  # ATen's reduction code of nll_loss's "mean" (torch.nn._reduction.get_enum("mean"))
 IGNORE_INDEX = -100  # nll_loss's default, as F.cross_entropy passes it
@@ -46,8 +49,8 @@ def mlp_layers(model: nn.Module) -> list[nn.Linear] | None:
     return linears
 
 
-def lean_step(model: nn.Module, optimizer: torch.optim.Optimizer, masked: MaskedWeights, spec,
-              device: torch.device, scaler=None) -> "LeanMLPStep | None":
+def lean_step(model: nn.Module, optimizer: torch.optim.Optimizer, masked: MaskedWeights, spec: ExperimentSpec,
+              device: torch.device, scaler: torch.amp.GradScaler | None = None) -> LeanMLPStep | None:
     """The lean step for this training, or None where it does not apply (then the autograd step runs)."""
     if device.type != "cpu" or scaler is not None or spec.compile or spec.precision not in ("fp32", "bf16"):
         return None
