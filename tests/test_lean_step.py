@@ -128,6 +128,7 @@ def test_the_lean_step_applies_only_to_a_plain_mlp_with_sgd_and_cross_entropy_on
         return isinstance(step, LeanMLPStep)
 
     assert chosen() and chosen(dataclasses.replace(spec, precision="bf16"))
+    assert chosen(dataclasses.replace(spec, precision="auto"))  # resolved as train_step's autocast resolves it
     assert not chosen(dataclasses.replace(spec, precision="fp16"))
     assert not chosen(dataclasses.replace(spec, optimizer=OptimizerSpec("adam")))
     assert not chosen(dataclasses.replace(spec, optimizer=OptimizerSpec("rmsprop")))

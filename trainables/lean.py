@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from trainables.plugins import loss_function
-from trainables.precision import DTYPES
+from trainables.precision import DTYPES, resolve_precision
 from trainables.pruning import MaskedWeights
 from trainables.spec import ExperimentSpec
 
@@ -52,7 +52,8 @@ def mlp_layers(model: nn.Module) -> list[nn.Linear] | None:
 def lean_step(model: nn.Module, optimizer: torch.optim.Optimizer, masked: MaskedWeights, spec: ExperimentSpec,
               device: torch.device, scaler: torch.amp.GradScaler | None = None) -> LeanMLPStep | None:
     """The lean step for this training, or None where it does not apply (then the autograd step runs)."""
-    if device.type != "cpu" or scaler is not None or spec.compile or spec.precision not in ("fp32", "bf16"):
+    precision = resolve_precision(spec.precision, device)  # `auto` as train_step's autocast resolves it
+    if device.type != "cpu" or scaler is not None or spec.compile or precision not in ("fp32", "bf16"):
         return None
     if loss_function(spec) is not nn.functional.cross_entropy:
         return None
@@ -72,7 +73,7 @@ def lean_step(model: nn.Module, optimizer: torch.optim.Optimizer, masked: Masked
         return None
     if any(optimizer.state.get(p) for p in params):  # a fresh optimizer only: the step keeps the momenta itself
         return None
-    return LeanMLPStep(linears, optimizer, masked, DTYPES.get(spec.precision))
+    return LeanMLPStep(linears, optimizer, masked, DTYPES.get(precision))
 
 
 class LeanMLPStep:
