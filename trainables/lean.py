@@ -14,9 +14,12 @@ the engine, the graph, the per-step allocation of the gradients and three of SGD
 It applies only where that holds (`lean_step` says where): an `nn.Sequential` of `Flatten` (optional), then
 `Linear`, `ReLU`, ..., `Linear` with nothing else in it, on a CPU, the project's cross-entropy, `torch.optim.SGD`
 (plain, momentum and weight decay; not Nesterov, dampening or maximize), in fp32 or bf16 autocast, no gradient
-scaler, not compiled. Everything else (user models and losses, other optimizers, GPUs) keeps the autograd step.
+scaler, not compiled, with torch's CPU kernel of fused SGD (torch 2.4 on). Everything else (user models and
+losses, other optimizers, GPUs, older torch) keeps the autograd step.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import nn
@@ -49,11 +52,23 @@ def mlp_layers(model: nn.Module) -> list[nn.Linear] | None:
     return linears
 
 
+@functools.cache
+def fused_sgd_on_cpu() -> bool:
+    """Whether this torch has SGD's fused kernel for CPU tensors (torch 2.4 on; pyproject allows 2.3)."""
+    try:
+        torch._fused_sgd_([torch.zeros(1)], [torch.zeros(1)], [], weight_decay=0.0, momentum=0.0, lr=0.0,
+                          dampening=0.0, nesterov=False, maximize=False, is_first_step=False)
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return False
+    return True
+
+
 def lean_step(model: nn.Module, optimizer: torch.optim.Optimizer, masked: MaskedWeights, spec: ExperimentSpec,
               device: torch.device, scaler: torch.amp.GradScaler | None = None) -> LeanMLPStep | None:
     """The lean step for this training, or None where it does not apply (then the autograd step runs)."""
     precision = resolve_precision(spec.precision, device)  # `auto` as train_step's autocast resolves it
-    if device.type != "cpu" or scaler is not None or spec.compile or precision not in ("fp32", "bf16"):
+    if device.type != "cpu" or scaler is not None or spec.compile or precision not in ("fp32", "bf16") \
+            or not fused_sgd_on_cpu():
         return None
     if loss_function(spec) is not nn.functional.cross_entropy:
         return None
