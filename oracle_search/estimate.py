@@ -362,7 +362,7 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS, fuse: int = 1, st
     import torch
 
     # here, not at the top: torch (the module docstring's comment on imports)
-    from trainables.cycle import accuracy, device_backends, make_optimizer, resolve_device, train_step
+    from trainables.cycle import accuracy, device_backends, make_optimizer, make_step, resolve_device
     from trainables.fused import Fused, FusedOptimizer, fused_accuracy, step_function
     from trainables.plugins import build_model, load_data
     from trainables.pruning import MaskedWeights, full_masks
@@ -384,10 +384,9 @@ def time_epoch(spec: ExperimentSpec, steps: int = PROBE_STEPS, fuse: int = 1, st
             return step(x, y, lrs).sum()
     else:
         optimizer = make_optimizer(spec.optimizer, model.parameters(), min(spec.grid))
-        masked = MaskedWeights(model, full_masks(model))
-
-        def train(x, y):
-            return train_step(model, optimizer, masked, x, y, spec, device)
+        # The step a training takes (`make_step`: the lean step for a plain MLP on a CPU, else autograd's), so
+        # the probe times what the run will run.
+        train = make_step(model, optimizer, MaskedWeights(model, full_masks(model)), spec, device)
 
     # On one CPU thread, that thread's CPU time: other processes on a busy machine would otherwise make it the
     # estimate of the moment (seen here: 5x at load 12 on 2 cores). Else (a GPU, several threads) the wall clock.

@@ -337,8 +337,10 @@ def test_a_dry_run_of_resnet50_imagenet_without_the_data(tmp_path, capsys):
 
 
 def test_a_dry_run_whose_data_dir_does_not_hold_the_data_exits_2_saying_how_to_price_without_it(tmp_path, capsys):
+    empty = tmp_path / "empty"  # a folder without the data (a missing folder is refused earlier: test_refusals)
+    empty.mkdir()
     code, text, err = run(capsys, "compare", "--preset", "resnet20-cifar10", "--dry-run", "--data-dir",
-                          str(tmp_path / "absent"), "--out", str(tmp_path / "run"))
+                          str(empty), "--out", str(tmp_path / "run"))
     assert code == 2 and not text and err.count("\n") == 1
     assert err.startswith("oracle-search: error: data-dir: no cifar-10-batches-py/ folder in ")
     assert "or price it without data: leave out --data-dir (stand-in inputs of its shape)" in err
