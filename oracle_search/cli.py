@@ -716,7 +716,8 @@ def build_parser() -> Parser:
 
     c = sub.add_parser("premise", help="the paper's Fig. 1 (§3.1) on this spec: prune at one fixed max_lr to "
                        "--density-target and measure the weight gradients' σ over all weights and over the "
-                       "surviving ones, at each cycle's start and end; writes premise.csv, premise.png, premise.md")
+                       "surviving ones, at each cycle's start and end; writes premise.csv, premise.png, premise.svg, "
+                       "premise.md")
     # By hand: --preset names the base the spec's fields override, not a field (as for the other commands).
     c.add_argument("--preset", default=DEFAULT_PRESET, help=f"named setup (default {DEFAULT_PRESET}; see `presets`)")
     add_spec_flags(c, ("model", "dataset", "data_dir", "pruner", "loss", "rate", "epochs", "batch_size", "optimizer",
@@ -732,7 +733,7 @@ def build_parser() -> Parser:
     c.add_argument("--max-lr", type=float, default=0.16, help="the one peak LR of every cycle (default 0.16, the "
                    "Oracle's dense choice on the embedded default)")
     c.add_argument("--batches", type=int, default=10, help="training batches each σ pools (default 10)")
-    c.add_argument("--out", required=True, help="folder for premise.csv, premise.png and premise.md")
+    c.add_argument("--out", required=True, help="folder for premise.csv, premise.png, premise.svg and premise.md")
     c.set_defaults(run=cmd_premise)
     from oracle_search.status import add_parser as add_status  # `status` DIR: its parser and command, all light
 
@@ -769,8 +770,8 @@ def cmd_premise(args: argparse.Namespace) -> int:
         f"{c['rows'][0]['sigma_grad']:.3e}, surviving {c['rows'][1]['sigma_grad']:.3e} ({c['seconds']:.0f} s)",
         flush=True))
     paths = write_premise(result, Path(args.out))
-    print(f"\n{shape_sentence(result.rows)}\n\nwritten: {paths['csv']}, {paths['png'].name}, {paths['md'].name} "
-          f"({result.seconds:.0f} s)")
+    print(f"\n{shape_sentence(result.rows)}\n\nwritten: {paths['csv']}, {paths['png'].name}, {paths['svg'].name}, "
+          f"{paths['md'].name} ({result.seconds:.0f} s)")
     return 0
 
 
