@@ -4,6 +4,7 @@ against uncorrected looks (a 95 % t interval at every look, stopping at the firs
 
     python benchmarks/sequential_fwer.py              # 4,000 families per cell (a quarter of a minute)
     python benchmarks/sequential_fwer.py --sims 400   # quicker, wider Monte Carlo error
+    python benchmarks/sequential_fwer.py --smoke      # 200 a cell: that it runs (tests/test_benchmarks.py)
 
 Families of 18 comparisons (each SILO variant against 9 references, as the verdict's family), each comparison's
 per-replicate advantages = effect + sd·noise, sd 1–4 points (the spreads the committed runs measured), margin 3
@@ -70,11 +71,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sims", type=int, default=4000, help="families per cell (default 4000)")
     parser.add_argument("--seed", type=int, default=61)
+    parser.add_argument("--smoke", action="store_true", help="200 families per cell: checks that it runs "
+                        "(tests/test_benchmarks.py); its Monte Carlo error is too wide to read")
     args = parser.parse_args()
     start = time.perf_counter()
-    rows = cells(args.sims, args.seed)
+    rows = cells(200 if args.smoke else args.sims, args.seed)
     print(table(rows))
-    print(json.dumps({"benchmark": "sequential_fwer", "sims": args.sims, "seed": args.seed, "cells": rows,
+    print(json.dumps({"benchmark": "sequential_fwer", "sims": rows[0]["sims"], "seed": args.seed, "cells": rows,
                       "seconds": round(time.perf_counter() - start, 1)}))
 
 

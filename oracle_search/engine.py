@@ -165,10 +165,11 @@ class Engine(Trials):
     def close(self, abort: bool = False) -> None:
         """End the experiment: once the queued trials ran, or with `abort` at once, stopping running trials
         (finished ones are in their ledgers; a rerun resumes)."""
+        if abort:  # before the early return too: a line that has not started the experiment yet must not start it
+            self._stopping = True
         if self.queue is None:
             return
         if abort:
-            self._stopping = True
             self._abort.event.set()
         self.queue.close(drop=abort)
         self.thread.join(timeout=ABORT_JOIN_S if abort else None)
@@ -233,6 +234,8 @@ class Engine(Trials):
 
     def start(self) -> None:
         with self._starting:
+            if self._stopping:  # closed by an interrupt: a line still running must not start Tune (and Ray) anew
+                raise RunFailed("the run was interrupted; finished trials are kept, a rerun resumes")
             if self.queue is None:
                 self._start()
 

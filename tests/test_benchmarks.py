@@ -32,6 +32,7 @@ LAST_LINE = {
                          r"max_lr 0\.02: val \d+\.\d % in \d+\.\d s",
     "oracle_overhead.py": r"load average now \d+\.\d",
     "racing_error.py": r'\{"divergence:shipped": \{"rule_value": [0-9.e-]+, "rule_race": .*"races": 10\}\}',
+    "sequential_fwer.py": r'\{"benchmark": "sequential_fwer", "sims": 200, "seed": 61, "cells": \[.*\], "seconds": .*\}',
     "silo_vs_oracle.py": rf"  [a-z_]+ +last-cycle test accuracy {N} ± {N} \(n=\d+\)",
     "step_efficiency.py": rf"step / matmul = {N}",
     "train_throughput.py": rf"resnet20 +\d+ +\d+ +{N}",
