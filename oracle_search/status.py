@@ -308,6 +308,10 @@ def lines(s: RunStatus, now: float | None = None) -> list[str]:
     typical = sum(int(p["typical"]) for p in phases)
     most = sum(int(p["most"]) for p in phases)
     for name, c in s.counted.items():
+        if not (s.folders[name] / "ledger").is_dir():  # a copy of a run without its ledger (the committed example)
+            out.append(f"{name}: no ledger/ folder, so its trainings are not counted here (a run copied without its "
+                       "ledger; its results table, if any, holds the rows)")
+            continue
         if phases:
             head = f"{c.total:,} of ~{typical:,} trainings (at most {most:,}): " + ", ".join(
                 f"{p['name']} {c.done.get(p['name'], 0)}/{p['typical']}{' done' * (p['name'] in c.closed)}"

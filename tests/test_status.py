@@ -187,6 +187,19 @@ def test_a_folder_without_a_plan_counts_its_trainings(tmp_path):
     assert lines[2] == "ETA: unknown (no plan: no estimate.json)"
 
 
+def test_a_run_copied_without_its_ledger_says_so_rather_than_counting_zero(tmp_path):
+    """The committed example ships without its ledgers: status says they are absent, not "0 of ~586 trainings"."""
+    out, now = tmp_path / "run", time.time()
+    estimate_json(out)
+    run_folder(out, oracle_rows(3, now - 60))
+    session(out, now - 100, finished=now - 10, ended=sessions.FINISHED)
+    (out / "ledger").rename(tmp_path / "kept-ledger")
+    lines = show(out).splitlines()
+    assert lines[2] == ("run: no ledger/ folder, so its trainings are not counted here (a run copied without its "
+                        "ledger; its results table, if any, holds the rows)")
+    assert not any("of ~" in line for line in lines)
+
+
 @pytest.mark.parametrize("make,says", [
     (lambda d: d / "absent", "does not exist"),
     (lambda d: (d / "a-file").write_text("x") and d / "a-file", "is a file, not a run folder"),
